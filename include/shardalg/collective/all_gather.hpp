@@ -1,0 +1,54 @@
+// shardalg/collective/all_gather.hpp — X[Row] (or X[C]) → X[R]: every rank gets every block.
+// Ring traffic per rank: (P−1)/P · V. Adjoint: reduce_scatter of a Partial cotangent, or split
+// of a Replicated one.
+#pragma once
+
+#include "shardalg/collective/split.hpp"
+#include "shardalg/core/sharded.hpp"
+
+namespace shardalg {
+
+namespace detail {
+template <class T, class L, class B>
+typename B::template matrix<T> gather_local(const Sharded<T, L, B>& x, Group& g, const CallInfo& info) {
+  const int p = x.size();
+  const auto n = static_cast<std::size_t>(x.local().size());
+  if constexpr (std::is_same_v<L, RowSharded>) {
+    auto out = B::template empty<T>(x.rows(), x.cols());  // row blocks land contiguously
+    g.all_gather(x.local().data(), out.data(), n, info);
+    return out;
+  } else {
+    auto stacked = B::template empty<T>(p * x.rows(), x.local_cols());
+    g.all_gather(x.local().data(), stacked.data(), n, info);
+    return B::unpack_col_blocks(stacked, p);
+  }
+}
+}  // namespace detail
+
+/// Row or C → R.
+template <class T, class L, class B>
+auto all_gather(const Sharded<T, L, B>& x) {
+  if constexpr (!SplitLayout<L>) {
+    return diagnose<Diag::all_gather_input>();
+  } else {
+    Group g = x.group();
+    auto out = detail::gather_local(x, g, CallInfo{L::notation, "R"});
+    return Sharded<T, Replicated, B>(std::move(out), x.rows(), x.cols(), std::move(g));
+  }
+}
+
+// The adjoint of all_gather needs reduce_scatter; reduce_scatter.hpp includes this file.
+template <SplitLayout To, class T, class L, class B>
+auto reduce_scatter(const Sharded<T, L, B>& x);
+
+namespace adjoint {
+/// Backward of all_gather (forward input layout From): a Partial cotangent is reduce-scattered
+/// back to From; a Replicated one is split (free).
+template <SplitLayout From, class T, class L, class B>
+auto all_gather(const Sharded<T, L, B>& dy) {
+  if constexpr (std::is_same_v<L, Partial>) return shardalg::reduce_scatter<From>(dy);
+  else return shardalg::split<From>(dy);
+}
+}  // namespace adjoint
+
+}  // namespace shardalg

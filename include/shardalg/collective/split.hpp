@@ -1,0 +1,35 @@
+// shardalg/collective/split.hpp — X[R] → X[Row] (or X[C]): keep your own block. No
+// communication. Adjoint: all_gather.
+#pragma once
+
+#include "shardalg/core/sharded.hpp"
+
+namespace shardalg {
+
+/// R → To (RowSharded or ColSharded), a local slice.
+template <SplitLayout To, class T, class L, class B>
+auto split(const Sharded<T, L, B>& x) {
+  if constexpr (!std::is_same_v<L, Replicated>) {
+    return diagnose<Diag::split_input>();
+  } else {
+    const int p = x.size(), r = x.rank();
+    detail::check_divisible(To::kind, x.rows(), x.cols(), p, detail::cat("split<", To::name, ">"));
+    const auto [lr, lc] = local_shape(To::kind, x.rows(), x.cols(), p);
+    const Index r0 = To::kind == LayoutKind::row ? r * lr : 0;
+    const Index c0 = To::kind == LayoutKind::col ? r * lc : 0;
+    return Sharded<T, To, B>(B::copy_block(x.local(), r0, c0, lr, lc), x.rows(), x.cols(), x.group());
+  }
+}
+
+template <class T, class L, class B>
+auto all_gather(const Sharded<T, L, B>& x);
+
+namespace adjoint {
+/// Backward of split: dX[Row or C] → dX[R] by all_gather.
+template <class T, SplitLayout L, class B>
+Sharded<T, Replicated, B> split(const Sharded<T, L, B>& dy) {
+  return shardalg::all_gather(dy);
+}
+}  // namespace adjoint
+
+}  // namespace shardalg

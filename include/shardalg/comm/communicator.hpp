@@ -1,0 +1,216 @@
+// shardalg/comm/communicator.hpp — the one concept every communicator satisfies, and `Group`,
+// the type-erased handle a Sharded tensor carries.
+//
+// A backend (SelfComm, ThreadComm, MpiComm, a CUDA/NCCL one) implements a handful of untyped
+// collectives on raw buffers. Buffers are whatever the backend's storage hands out: host memory
+// on the CPU, device memory for NCCL. Collectives are in place wherever the operation allows it.
+//
+//   all_reduce(buf, n)               buf[n] := Σ_ranks buf[n]                       (in place)
+//   all_gather(send, recv, n)        recv[P·n] := send_0[n] ‖ send_1[n] ‖ …         (send may be recv + rank·n)
+//   reduce_scatter(send, recv, n)    recv[n] := Σ_ranks send[rank·n … rank·n + n)
+//   all_to_all(send, recv, n)        recv block s := block `rank` of rank s's send   (blocks of n)
+//   broadcast(buf, n, root)          buf := root's buf
+//   send / recv (point to point)     for pipeline stages
+//
+// Every call may carry a `CallInfo` (the layouts it moves between); a decorator such as the
+// ledger reads it, a plain backend ignores it.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "shardalg/core/dtype.hpp"
+
+namespace shardalg {
+
+enum class ReduceOp { sum, max, min };
+
+enum class CollectiveKind { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send, recv };
+
+constexpr std::string_view to_string(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::all_reduce: return "all_reduce";
+    case CollectiveKind::all_gather: return "all_gather";
+    case CollectiveKind::reduce_scatter: return "reduce_scatter";
+    case CollectiveKind::all_to_all: return "all_to_all";
+    case CollectiveKind::broadcast: return "broadcast";
+    case CollectiveKind::send: return "send";
+    case CollectiveKind::recv: return "recv";
+  }
+  return "?";
+}
+
+/// What a collective does in the algebra: the layouts it moves between. `verification` marks
+/// traffic made by checking code (to_dense, replica checks): the ledger does not count it.
+struct CallInfo {
+  std::string_view layout_in = "-";
+  std::string_view layout_out = "-";
+  bool verification = false;
+};
+
+template <class C>
+concept Communicator = requires(C& c, const C& cc, void* p, const void* cp, std::size_t n, DType t,
+                                ReduceOp op, int peer) {
+  { cc.rank() } -> std::convertible_to<int>;
+  { cc.size() } -> std::convertible_to<int>;
+  // Identity of the group: equal for two handles on the same group within one process.
+  { cc.key() } -> std::convertible_to<std::uintptr_t>;
+  c.all_reduce(p, n, t, op);
+  c.all_gather(cp, p, n, t);
+  c.reduce_scatter(cp, p, n, t, op);
+  c.all_to_all(cp, p, n, t);
+  c.broadcast(p, n, t, peer);
+  c.send(cp, n, t, peer);
+  c.recv(p, n, t, peer);
+  c.barrier();
+};
+
+class Ledger;
+
+/// A communicator that understands CallInfo (a decorator) has these overloads too.
+template <class C>
+concept InfoAwareCommunicator =
+    Communicator<C> && requires(C& c, void* p, std::size_t n, DType t, ReduceOp op, CallInfo info) {
+      c.all_reduce(p, n, t, op, info);
+    };
+
+/// Type-erased, shared handle on a communicator. Copies refer to the same communicator.
+class Group {
+ public:
+  Group() = default;
+
+  template <Communicator C>
+    requires(!std::same_as<std::remove_cvref_t<C>, Group>)
+  Group(C comm) : impl_(std::make_shared<Model<C>>(std::move(comm))) {}  // NOLINT: implicit by design
+
+  [[nodiscard]] bool valid() const { return impl_ != nullptr; }
+  [[nodiscard]] int rank() const { return impl_->rank(); }
+  [[nodiscard]] int size() const { return impl_->size(); }
+  [[nodiscard]] std::uintptr_t key() const { return impl_->key(); }
+  /// The ledger recording this group's traffic, or nullptr.
+  [[nodiscard]] Ledger* ledger() const { return impl_ ? impl_->ledger() : nullptr; }
+
+  friend bool same_group(const Group& a, const Group& b) {
+    return a.impl_ && b.impl_ && a.impl_->key() == b.impl_->key() && a.size() == b.size();
+  }
+
+  // Untyped interface: this makes Group a Communicator itself.
+  void all_reduce(void* buf, std::size_t n, DType t, ReduceOp op, const CallInfo& info = {}) {
+    impl_->all_reduce(buf, n, t, op, info);
+  }
+  void all_gather(const void* send, void* recv, std::size_t n, DType t, const CallInfo& info = {}) {
+    impl_->all_gather(send, recv, n, t, info);
+  }
+  void reduce_scatter(const void* send, void* recv, std::size_t n, DType t, ReduceOp op,
+                      const CallInfo& info = {}) {
+    impl_->reduce_scatter(send, recv, n, t, op, info);
+  }
+  void all_to_all(const void* send, void* recv, std::size_t n, DType t, const CallInfo& info = {}) {
+    impl_->all_to_all(send, recv, n, t, info);
+  }
+  void broadcast(void* buf, std::size_t n, DType t, int root, const CallInfo& info = {}) {
+    impl_->broadcast(buf, n, t, root, info);
+  }
+  void send(const void* buf, std::size_t n, DType t, int peer, const CallInfo& info = {}) {
+    impl_->send(buf, n, t, peer, info);
+  }
+  void recv(void* buf, std::size_t n, DType t, int peer, const CallInfo& info = {}) {
+    impl_->recv(buf, n, t, peer, info);
+  }
+  void barrier() { impl_->barrier(); }
+
+  // Typed conveniences.
+  template <class T>
+  void all_reduce(T* buf, std::size_t n, ReduceOp op = ReduceOp::sum, const CallInfo& info = {}) {
+    all_reduce(static_cast<void*>(buf), n, dtype_of<T>, op, info);
+  }
+  template <class T>
+  void all_gather(const T* send, T* recv, std::size_t n, const CallInfo& info = {}) {
+    all_gather(static_cast<const void*>(send), static_cast<void*>(recv), n, dtype_of<T>, info);
+  }
+  template <class T>
+  void reduce_scatter(const T* send, T* recv, std::size_t n, ReduceOp op = ReduceOp::sum,
+                      const CallInfo& info = {}) {
+    reduce_scatter(static_cast<const void*>(send), static_cast<void*>(recv), n, dtype_of<T>, op, info);
+  }
+  template <class T>
+  void all_to_all(const T* send, T* recv, std::size_t n, const CallInfo& info = {}) {
+    all_to_all(static_cast<const void*>(send), static_cast<void*>(recv), n, dtype_of<T>, info);
+  }
+  template <class T>
+  void broadcast(T* buf, std::size_t n, int root, const CallInfo& info = {}) {
+    broadcast(static_cast<void*>(buf), n, dtype_of<T>, root, info);
+  }
+
+ private:
+  struct Iface {
+    virtual ~Iface() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    virtual std::uintptr_t key() const = 0;
+    virtual Ledger* ledger() = 0;
+    virtual void all_reduce(void*, std::size_t, DType, ReduceOp, const CallInfo&) = 0;
+    virtual void all_gather(const void*, void*, std::size_t, DType, const CallInfo&) = 0;
+    virtual void reduce_scatter(const void*, void*, std::size_t, DType, ReduceOp, const CallInfo&) = 0;
+    virtual void all_to_all(const void*, void*, std::size_t, DType, const CallInfo&) = 0;
+    virtual void broadcast(void*, std::size_t, DType, int, const CallInfo&) = 0;
+    virtual void send(const void*, std::size_t, DType, int, const CallInfo&) = 0;
+    virtual void recv(void*, std::size_t, DType, int, const CallInfo&) = 0;
+    virtual void barrier() = 0;
+  };
+
+  template <class C>
+  struct Model final : Iface {
+    C c;
+    explicit Model(C comm) : c(std::move(comm)) {}
+    static constexpr bool aware = InfoAwareCommunicator<C>;
+    int rank() const override { return c.rank(); }
+    int size() const override { return c.size(); }
+    std::uintptr_t key() const override { return c.key(); }
+    Ledger* ledger() override {
+      if constexpr (requires { c.ledger(); }) return c.ledger();
+      else return nullptr;
+    }
+    void all_reduce(void* b, std::size_t n, DType t, ReduceOp op, const CallInfo& i) override {
+      if constexpr (aware) c.all_reduce(b, n, t, op, i);
+      else c.all_reduce(b, n, t, op);
+    }
+    void all_gather(const void* s, void* r, std::size_t n, DType t, const CallInfo& i) override {
+      if constexpr (aware) c.all_gather(s, r, n, t, i);
+      else c.all_gather(s, r, n, t);
+    }
+    void reduce_scatter(const void* s, void* r, std::size_t n, DType t, ReduceOp op,
+                        const CallInfo& i) override {
+      if constexpr (aware) c.reduce_scatter(s, r, n, t, op, i);
+      else c.reduce_scatter(s, r, n, t, op);
+    }
+    void all_to_all(const void* s, void* r, std::size_t n, DType t, const CallInfo& i) override {
+      if constexpr (aware) c.all_to_all(s, r, n, t, i);
+      else c.all_to_all(s, r, n, t);
+    }
+    void broadcast(void* b, std::size_t n, DType t, int root, const CallInfo& i) override {
+      if constexpr (aware) c.broadcast(b, n, t, root, i);
+      else c.broadcast(b, n, t, root);
+    }
+    void send(const void* b, std::size_t n, DType t, int peer, const CallInfo& i) override {
+      if constexpr (aware) c.send(b, n, t, peer, i);
+      else c.send(b, n, t, peer);
+    }
+    void recv(void* b, std::size_t n, DType t, int peer, const CallInfo& i) override {
+      if constexpr (aware) c.recv(b, n, t, peer, i);
+      else c.recv(b, n, t, peer);
+    }
+    void barrier() override { c.barrier(); }
+  };
+
+  std::shared_ptr<Iface> impl_;
+};
+
+static_assert(Communicator<Group>);
+
+}  // namespace shardalg

@@ -1,0 +1,194 @@
+// shardalg/comm/ledger.hpp — every collective, recorded: kind, elements, bytes, dtype, the
+// layouts it moved between and the scope it ran in. Tests assert exact counts against the
+// analytic ones (two all-reduces of T·h per block forward, …).
+//
+//   Ledger ledger;
+//   Group g = ledgered(comm, ledger);             // decorate any Communicator
+//   { auto s = ledger.scope("mlp.fwd"); ... }     // label what runs inside
+//   ledger.count(CollectiveKind::all_reduce, "mlp.fwd") == 1
+//
+// A ledger belongs to one rank (each rank decorates its own handle). Scopes nest with '/'.
+// `elements` is the size of the dense buffer the collective is about: n for all_reduce and
+// broadcast, P·n for all_gather, reduce_scatter and all_to_all (the gathered, reduced or
+// exchanged whole). Verification traffic (to_dense, replica checks) is not recorded.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iomanip>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shardalg/comm/communicator.hpp"
+
+namespace shardalg {
+
+struct LedgerEntry {
+  CollectiveKind kind;
+  std::size_t elements;
+  std::size_t bytes;
+  DType dtype;
+  std::string layout_in;
+  std::string layout_out;
+  std::string scope;
+  int group_size;
+};
+
+class Ledger {
+ public:
+  /// RAII label for the collectives that run while it lives.
+  class Scope {
+   public:
+    Scope(Ledger& l, std::string label) : ledger_(&l) { ledger_->push(std::move(label)); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    Scope(Scope&& o) noexcept : ledger_(std::exchange(o.ledger_, nullptr)) {}
+    ~Scope() {
+      if (ledger_) ledger_->pop();
+    }
+
+   private:
+    Ledger* ledger_;
+  };
+
+  [[nodiscard]] Scope scope(std::string label) { return Scope(*this, std::move(label)); }
+  [[nodiscard]] const std::string& current_scope() const { return path_; }
+
+  void record(CollectiveKind kind, std::size_t elements, DType dtype, const CallInfo& info,
+              int group_size) {
+    if (info.verification) return;
+    entries_.push_back({kind, elements, elements * size_of(dtype), dtype, std::string(info.layout_in),
+                        std::string(info.layout_out), path_, group_size});
+  }
+
+  [[nodiscard]] const std::vector<LedgerEntry>& entries() const { return entries_; }
+  void clear() { entries_.clear(); }
+
+  /// True when `entry_scope` is `scope` or nested inside it ("" matches everything).
+  static bool in_scope(std::string_view entry_scope, std::string_view scope) {
+    if (scope.empty()) return true;
+    if (entry_scope.size() < scope.size() || entry_scope.substr(0, scope.size()) != scope) return false;
+    return entry_scope.size() == scope.size() || entry_scope[scope.size()] == '/';
+  }
+
+  [[nodiscard]] std::vector<LedgerEntry> select(std::string_view scope = "") const {
+    std::vector<LedgerEntry> out;
+    for (const auto& e : entries_)
+      if (in_scope(e.scope, scope)) out.push_back(e);
+    return out;
+  }
+  [[nodiscard]] std::size_t count(std::string_view scope = "") const { return select(scope).size(); }
+  [[nodiscard]] std::size_t count(CollectiveKind k, std::string_view scope = "") const {
+    std::size_t n = 0;
+    for (const auto& e : entries_) n += (e.kind == k && in_scope(e.scope, scope));
+    return n;
+  }
+  [[nodiscard]] std::size_t bytes(CollectiveKind k, std::string_view scope = "") const {
+    std::size_t n = 0;
+    for (const auto& e : entries_)
+      if (e.kind == k && in_scope(e.scope, scope)) n += e.bytes;
+    return n;
+  }
+  [[nodiscard]] std::size_t bytes(std::string_view scope = "") const {
+    std::size_t n = 0;
+    for (const auto& e : entries_)
+      if (in_scope(e.scope, scope)) n += e.bytes;
+    return n;
+  }
+
+  /// One line per entry: scope, kind, layouts, elements, bytes, dtype.
+  [[nodiscard]] std::string table() const {
+    std::ostringstream os;
+    os << std::left << std::setw(22) << "scope" << std::setw(16) << "collective" << std::setw(20)
+       << "layouts" << std::right << std::setw(12) << "elements" << std::setw(12) << "bytes"
+       << "  dtype\n";
+    for (const auto& e : entries_) {
+      os << std::left << std::setw(22) << (e.scope.empty() ? "-" : e.scope) << std::setw(16)
+         << to_string(e.kind) << std::setw(20) << (e.layout_in + " -> " + e.layout_out) << std::right
+         << std::setw(12) << e.elements << std::setw(12) << e.bytes << "  " << to_string(e.dtype)
+         << '\n';
+    }
+    return os.str();
+  }
+
+ private:
+  void push(std::string label) {
+    stack_.push_back(path_.size());
+    if (!path_.empty()) path_ += '/';
+    path_ += label;
+  }
+  void pop() {
+    path_.resize(stack_.back());
+    stack_.pop_back();
+  }
+
+  std::vector<LedgerEntry> entries_;
+  std::vector<std::size_t> stack_;
+  std::string path_;
+};
+
+/// The ledger decorator: a Communicator that records each call, then forwards it to `C`.
+template <Communicator C>
+class Ledgered {
+ public:
+  Ledgered(C inner, Ledger& ledger) : inner_(std::move(inner)), ledger_(&ledger) {}
+
+  int rank() const { return inner_.rank(); }
+  int size() const { return inner_.size(); }
+  std::uintptr_t key() const { return inner_.key(); }
+  Ledger* ledger() const { return ledger_; }
+  C& inner() { return inner_; }
+
+  void all_reduce(void* b, std::size_t n, DType t, ReduceOp op, const CallInfo& i = {}) {
+    ledger_->record(CollectiveKind::all_reduce, n, t, i, size());
+    forward([&](auto& c, const auto&... info) { c.all_reduce(b, n, t, op, info...); }, i);
+  }
+  void all_gather(const void* s, void* r, std::size_t n, DType t, const CallInfo& i = {}) {
+    ledger_->record(CollectiveKind::all_gather, n * size(), t, i, size());
+    forward([&](auto& c, const auto&... info) { c.all_gather(s, r, n, t, info...); }, i);
+  }
+  void reduce_scatter(const void* s, void* r, std::size_t n, DType t, ReduceOp op,
+                      const CallInfo& i = {}) {
+    ledger_->record(CollectiveKind::reduce_scatter, n * size(), t, i, size());
+    forward([&](auto& c, const auto&... info) { c.reduce_scatter(s, r, n, t, op, info...); }, i);
+  }
+  void all_to_all(const void* s, void* r, std::size_t n, DType t, const CallInfo& i = {}) {
+    ledger_->record(CollectiveKind::all_to_all, n * size(), t, i, size());
+    forward([&](auto& c, const auto&... info) { c.all_to_all(s, r, n, t, info...); }, i);
+  }
+  void broadcast(void* b, std::size_t n, DType t, int root, const CallInfo& i = {}) {
+    ledger_->record(CollectiveKind::broadcast, n, t, i, size());
+    forward([&](auto& c, const auto&... info) { c.broadcast(b, n, t, root, info...); }, i);
+  }
+  void send(const void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) {
+    ledger_->record(CollectiveKind::send, n, t, i, size());
+    forward([&](auto& c, const auto&... info) { c.send(b, n, t, peer, info...); }, i);
+  }
+  void recv(void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) {
+    ledger_->record(CollectiveKind::recv, n, t, i, size());
+    forward([&](auto& c, const auto&... info) { c.recv(b, n, t, peer, info...); }, i);
+  }
+  void barrier() { inner_.barrier(); }
+
+ private:
+  // Pass the CallInfo on when the inner communicator is itself a decorator.
+  template <class F>
+  void forward(F&& f, const CallInfo& i) {
+    if constexpr (InfoAwareCommunicator<C>) f(inner_, i);
+    else f(inner_);
+  }
+
+  C inner_;
+  Ledger* ledger_;
+};
+
+/// Decorate a communicator (or a Group) with a ledger; the result is a Group.
+template <Communicator C>
+Group ledgered(C comm, Ledger& ledger) {
+  return Group(Ledgered<C>(std::move(comm), ledger));
+}
+
+}  // namespace shardalg

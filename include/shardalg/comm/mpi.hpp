@@ -1,0 +1,120 @@
+// shardalg/comm/mpi.hpp — a Communicator over an MPI communicator (opt-in: needs <mpi.h> and
+// the shardalg::mpi target). Wraps the user's MPI_Comm, MPI_COMM_WORLD or a sub-communicator
+// from MPI_Comm_split; collectives run in place on the caller's buffers, with no staging copies.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "shardalg/comm/communicator.hpp"
+#include "shardalg/core/errors.hpp"
+
+namespace shardalg {
+
+namespace detail {
+inline MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    default: break;
+  }
+  throw CommError(detail::cat("MpiComm: no MPI datatype for ", to_string(t)));
+}
+inline MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+    default: return MPI_SUM;
+  }
+}
+inline void mpi_check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw CommError(detail::cat("MpiComm: ", what, " failed: ", std::string(msg, len)));
+}
+}  // namespace detail
+
+class MpiComm {
+ public:
+  /// Wrap a communicator the caller owns (it must outlive this handle and its copies).
+  explicit MpiComm(MPI_Comm comm) : comm_(std::make_shared<MPI_Comm>(comm)) {
+    detail::mpi_check(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
+    detail::mpi_check(MPI_Comm_size(comm, &size_), "MPI_Comm_size");
+  }
+
+  /// MPI_Comm_split: a sub-communicator owned by the returned handle (freed with its last copy).
+  [[nodiscard]] MpiComm split(int color, int key) const {
+    MPI_Comm sub;
+    detail::mpi_check(MPI_Comm_split(*comm_, color, key, &sub), "MPI_Comm_split");
+    return MpiComm(std::shared_ptr<MPI_Comm>(new MPI_Comm(sub), [](MPI_Comm* c) {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Comm_free(c);
+      delete c;
+    }));
+  }
+
+  [[nodiscard]] MPI_Comm native() const { return *comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  /// The MPI handle itself: two wrappers of one communicator are the same group.
+  std::uintptr_t key() const {
+    if constexpr (std::is_pointer_v<MPI_Comm>) return reinterpret_cast<std::uintptr_t>(*comm_);
+    else return static_cast<std::uintptr_t>(*comm_);
+  }
+
+  void all_reduce(void* buf, std::size_t n, DType t, ReduceOp op) {
+    detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, count(n), detail::mpi_type(t), detail::mpi_op(op), *comm_),
+                      "MPI_Allreduce");
+  }
+  void all_gather(const void* send, void* recv, std::size_t n, DType t) {
+    const auto ty = detail::mpi_type(t);
+    const void* in_place = static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * n * size_of(t);
+    detail::mpi_check(MPI_Allgather(send == in_place ? MPI_IN_PLACE : send, count(n), ty, recv, count(n), ty, *comm_),
+                      "MPI_Allgather");
+  }
+  void reduce_scatter(const void* send, void* recv, std::size_t n, DType t, ReduceOp op) {
+    detail::mpi_check(MPI_Reduce_scatter_block(send, recv, count(n), detail::mpi_type(t), detail::mpi_op(op), *comm_),
+                      "MPI_Reduce_scatter_block");
+  }
+  void all_to_all(const void* send, void* recv, std::size_t n, DType t) {
+    const auto ty = detail::mpi_type(t);
+    detail::mpi_check(MPI_Alltoall(send, count(n), ty, recv, count(n), ty, *comm_), "MPI_Alltoall");
+  }
+  void broadcast(void* buf, std::size_t n, DType t, int root) {
+    detail::mpi_check(MPI_Bcast(buf, count(n), detail::mpi_type(t), root, *comm_), "MPI_Bcast");
+  }
+  void send(const void* buf, std::size_t n, DType t, int peer) {
+    detail::mpi_check(MPI_Send(buf, count(n), detail::mpi_type(t), peer, 0, *comm_), "MPI_Send");
+  }
+  void recv(void* buf, std::size_t n, DType t, int peer) {
+    detail::mpi_check(MPI_Recv(buf, count(n), detail::mpi_type(t), peer, 0, *comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+  }
+  void barrier() { detail::mpi_check(MPI_Barrier(*comm_), "MPI_Barrier"); }
+
+ private:
+  explicit MpiComm(std::shared_ptr<MPI_Comm> owned) : comm_(std::move(owned)) {
+    detail::mpi_check(MPI_Comm_rank(*comm_, &rank_), "MPI_Comm_rank");
+    detail::mpi_check(MPI_Comm_size(*comm_, &size_), "MPI_Comm_size");
+  }
+  static int count(std::size_t n) {
+    if (n > static_cast<std::size_t>(INT32_MAX))
+      throw CommError(detail::cat("MpiComm: count ", n, " exceeds MPI's int limit"));
+    return static_cast<int>(n);
+  }
+
+  std::shared_ptr<MPI_Comm> comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+static_assert(Communicator<MpiComm>);
+
+}  // namespace shardalg

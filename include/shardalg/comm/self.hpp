@@ -1,0 +1,38 @@
+// shardalg/comm/self.hpp — the group of one rank. Every collective is the identity (a copy
+// where the buffers differ); the layout algebra still runs, so P = 1 is the dense model.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "shardalg/comm/communicator.hpp"
+#include "shardalg/core/errors.hpp"
+
+namespace shardalg {
+
+class SelfComm {
+ public:
+  int rank() const { return 0; }
+  int size() const { return 1; }
+  std::uintptr_t key() const { return 1; }
+  void all_reduce(void*, std::size_t, DType, ReduceOp) {}
+  void all_gather(const void* s, void* r, std::size_t n, DType t) { copy(s, r, n, t); }
+  void reduce_scatter(const void* s, void* r, std::size_t n, DType t, ReduceOp) { copy(s, r, n, t); }
+  void all_to_all(const void* s, void* r, std::size_t n, DType t) { copy(s, r, n, t); }
+  void broadcast(void*, std::size_t, DType, int) {}
+  void send(const void*, std::size_t, DType, int peer) { no_peer(peer); }
+  void recv(void*, std::size_t, DType, int peer) { no_peer(peer); }
+  void barrier() {}
+
+ private:
+  static void copy(const void* s, void* r, std::size_t n, DType t) {
+    if (s != r && n) std::memmove(r, s, n * size_of(t));
+  }
+  [[noreturn]] static void no_peer(int peer) {
+    throw CommError(detail::cat("SelfComm: no peer rank ", peer, " in a group of size 1"));
+  }
+};
+
+static_assert(Communicator<SelfComm>);
+
+}  // namespace shardalg

@@ -1,0 +1,252 @@
+// shardalg/comm/thread.hpp — N simulated ranks in one process, one thread each.
+//
+//   run_ranks(4, [&](ThreadComm& comm) { ... });   // the body runs on 4 threads, ranks 0..3
+//
+// The default for tests, examples and teaching. Collectives use the single address space: every
+// rank publishes its buffer pointers, then reads the others' memory directly; nothing is copied
+// through a transport. Reductions add in rank order 0, 1, …, P−1 on every rank, so all ranks get
+// bit-identical results (the property a replicated value needs).
+//
+// If one rank throws, the world is aborted: ranks waiting in a collective get a CommError, and
+// run_ranks rethrows the first rank's original exception once every thread has ended.
+#pragma once
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "shardalg/comm/communicator.hpp"
+#include "shardalg/core/errors.hpp"
+
+namespace shardalg {
+
+namespace detail {
+
+/// The state the ranks of one thread world share.
+class ThreadWorld {
+ public:
+  explicit ThreadWorld(int n) : n_(n), send_(n), recv_(n) {}
+
+  int size() const { return n_; }
+
+  /// A generation barrier that an aborting rank can break.
+  void barrier() {
+    std::unique_lock lk(m_);
+    if (aborted_) throw_aborted();
+    const auto gen = generation_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lk, [&] { return generation_ != gen || aborted_; });
+    if (generation_ == gen) throw_aborted();
+  }
+
+  void abort() {
+    std::lock_guard lk(m_);
+    aborted_ = true;
+    cv_.notify_all();
+    mail_cv_.notify_all();
+  }
+
+  // Published pointers of the collective in flight (one slot per rank).
+  std::vector<const void*> send_;
+  std::vector<void*> recv_;
+
+  void post(int src, int dst, const void* buf, std::size_t bytes) {
+    std::lock_guard lk(m_);
+    if (aborted_) throw_aborted();
+    auto& q = mail_[{src, dst}];
+    q.emplace_back(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes);
+    mail_cv_.notify_all();
+  }
+  void take(int src, int dst, void* buf, std::size_t bytes) {
+    std::unique_lock lk(m_);
+    auto& q = mail_[{src, dst}];
+    mail_cv_.wait(lk, [&] { return !q.empty() || aborted_; });
+    if (q.empty()) throw_aborted();
+    if (q.front().size() != bytes)
+      throw CommError(detail::cat("ThreadComm: rank ", dst, " expected ", bytes, " bytes from rank ",
+                                  src, ", got ", q.front().size()));
+    std::memcpy(buf, q.front().data(), bytes);
+    q.pop_front();
+  }
+
+ private:
+  [[noreturn]] static void throw_aborted() {
+    throw CommError("ThreadComm: another rank failed; collective aborted");
+  }
+
+  int n_;
+  std::mutex m_;
+  std::condition_variable cv_, mail_cv_;
+  int arrived_ = 0;
+  std::uint64_t generation_ = 0;
+  bool aborted_ = false;
+  std::map<std::pair<int, int>, std::deque<std::vector<char>>> mail_;
+};
+
+template <class T>
+T combine(T a, T b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::max: return a < b ? b : a;
+    case ReduceOp::min: return b < a ? b : a;
+    default: return a + b;
+  }
+}
+
+}  // namespace detail
+
+/// One rank's handle on a thread world. Cheap to copy.
+class ThreadComm {
+ public:
+  ThreadComm(std::shared_ptr<detail::ThreadWorld> w, int rank) : w_(std::move(w)), rank_(rank) {}
+
+  int rank() const { return rank_; }
+  int size() const { return w_->size(); }
+  std::uintptr_t key() const { return reinterpret_cast<std::uintptr_t>(w_.get()); }
+  void barrier() { w_->barrier(); }
+
+  // buf[n] := Σ_ranks buf[n]. Phase 1: rank r reduces chunk r of every buffer into its own
+  // buffer (nobody else reads that chunk of it). Phase 2: rank r copies chunk s from rank s.
+  void all_reduce(void* buf, std::size_t n, DType t, ReduceOp op) {
+    dispatch_host(t, [&]<class T>() {
+      auto* mine = static_cast<T*>(buf);
+      publish(buf, buf);
+      const int P = size();
+      auto [lo, hi] = chunk(n, rank_);
+      for (std::size_t i = lo; i < hi; ++i) {
+        T v = static_cast<const T*>(w_->recv_[0])[i];
+        for (int s = 1; s < P; ++s) v = detail::combine(v, static_cast<const T*>(w_->recv_[s])[i], op);
+        mine[i] = v;
+      }
+      w_->barrier();
+      for (int s = 0; s < P; ++s) {
+        if (s == rank_) continue;
+        auto [a, b] = chunk(n, s);
+        std::copy(static_cast<const T*>(w_->recv_[s]) + a, static_cast<const T*>(w_->recv_[s]) + b,
+                  mine + a);
+      }
+      w_->barrier();
+    });
+  }
+
+  void all_gather(const void* send, void* recv, std::size_t n, DType t) {
+    const std::size_t bytes = n * size_of(t);
+    publish(send, recv);
+    for (int s = 0; s < size(); ++s) {
+      char* dst = static_cast<char*>(recv) + s * bytes;
+      if (w_->send_[s] != dst) std::memcpy(dst, w_->send_[s], bytes);
+    }
+    w_->barrier();
+  }
+
+  void reduce_scatter(const void* send, void* recv, std::size_t n, DType t, ReduceOp op) {
+    dispatch_host(t, [&]<class T>() {
+      publish(send, recv);
+      auto* out = static_cast<T*>(recv);
+      const std::size_t off = static_cast<std::size_t>(rank_) * n;
+      for (std::size_t i = 0; i < n; ++i) {
+        T v = static_cast<const T*>(w_->send_[0])[off + i];
+        for (int s = 1; s < size(); ++s)
+          v = detail::combine(v, static_cast<const T*>(w_->send_[s])[off + i], op);
+        out[i] = v;
+      }
+      w_->barrier();
+    });
+  }
+
+  void all_to_all(const void* send, void* recv, std::size_t n, DType t) {
+    const std::size_t bytes = n * size_of(t);
+    publish(send, recv);
+    for (int s = 0; s < size(); ++s)
+      std::memcpy(static_cast<char*>(recv) + s * bytes,
+                  static_cast<const char*>(w_->send_[s]) + rank_ * bytes, bytes);
+    w_->barrier();
+  }
+
+  void broadcast(void* buf, std::size_t n, DType t, int root) {
+    check_peer(root, "broadcast root");
+    publish(buf, buf);
+    if (rank_ != root) std::memcpy(buf, w_->send_[root], n * size_of(t));
+    w_->barrier();
+  }
+
+  void send(const void* buf, std::size_t n, DType t, int peer) {
+    check_peer(peer, "send peer");
+    w_->post(rank_, peer, buf, n * size_of(t));
+  }
+  void recv(void* buf, std::size_t n, DType t, int peer) {
+    check_peer(peer, "recv peer");
+    w_->take(peer, rank_, buf, n * size_of(t));
+  }
+
+ private:
+  // Publish this rank's buffers and wait until every rank has published.
+  void publish(const void* send, void* recv) {
+    w_->barrier();  // the previous collective's readers are done with the slots
+    w_->send_[rank_] = send;
+    w_->recv_[rank_] = recv;
+    w_->barrier();
+  }
+  std::pair<std::size_t, std::size_t> chunk(std::size_t n, int r) const {
+    const std::size_t P = static_cast<std::size_t>(size()), base = n / P, extra = n % P;
+    const std::size_t rr = static_cast<std::size_t>(r);
+    const std::size_t lo = rr * base + std::min(rr, extra);
+    return {lo, lo + base + (rr < extra ? 1 : 0)};
+  }
+  void check_peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= size())
+      throw CommError(detail::cat("ThreadComm: ", what, " ", peer, " is outside a group of size ", size()));
+  }
+
+  std::shared_ptr<detail::ThreadWorld> w_;
+  int rank_;
+};
+
+static_assert(Communicator<ThreadComm>);
+
+/// Run `fn(ThreadComm&)` on `n` threads, ranks 0..n−1; rethrow the first rank's exception.
+template <class Fn>
+void run_ranks(int n, Fn&& fn) {
+  if (n < 1) throw CommError(detail::cat("run_ranks: world size ", n, " must be at least 1"));
+  auto world = std::make_shared<detail::ThreadWorld>(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<bool> aborted_only(n, false);
+  auto body = [&](int r) {
+    ThreadComm comm(world, r);
+    try {
+      fn(comm);
+    } catch (const CommError&) {
+      errors[r] = std::current_exception();
+      aborted_only[r] = true;
+      world->abort();
+    } catch (...) {
+      errors[r] = std::current_exception();
+      world->abort();
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(n - 1);
+  for (int r = 1; r < n; ++r) threads.emplace_back(body, r);
+  body(0);
+  for (auto& t : threads) t.join();
+  // Prefer a rank's own error over the "another rank failed" errors it caused.
+  for (int r = 0; r < n; ++r)
+    if (errors[r] && !aborted_only[r]) std::rethrow_exception(errors[r]);
+  for (int r = 0; r < n; ++r)
+    if (errors[r]) std::rethrow_exception(errors[r]);
+}
+
+}  // namespace shardalg

@@ -1,0 +1,136 @@
+// shardalg/core/backend_cpu.hpp — the CPU backend policy: Eigen storage, Eigen (or BLAS, when
+// EIGEN_USE_BLAS is defined) GEMM, elementwise maps as Eigen expressions.
+//
+// A backend is a type with:
+//   matrix<T>                         local storage, row-major, with rows(), cols(), data(), size()
+//   zeros<T>(r, c), empty<T>(r, c)    a zero block, an uninitialised one
+//   gemm(α, op(A), op(B), β, C)       C := α·op(A)·op(B) + β·C on strided row-major views
+//   copy_block(m, r0, c0, r, c)       a contiguous copy of a sub-block
+//   pack_col_blocks / unpack_col_blocks   column blocks ↔ contiguous stacked blocks
+//   map(x, f), zip(x, y, f)           elementwise, f a functor (a device functor for CUDA)
+//   col_sum(x), row_sum(x), add_row(x, b), softmax_rows(x)
+// The layout rules never touch a backend: they decide *which* local blocks meet; the backend
+// decides *how* the local arithmetic runs. A CUDA backend supplies the same names over device
+// memory (see include/shardalg/cuda/ and docs/design.md).
+#pragma once
+
+#include <Eigen/Core>
+#include <string_view>
+
+namespace shardalg {
+
+using Index = Eigen::Index;
+
+/// op(M) for a row-major block M at `data` with leading dimension `ld`: the effective matrix is
+/// rows × cols; when `trans` is set, element (i, j) is M(j, i).
+template <class T>
+struct MatView {
+  const T* data;
+  Index rows, cols, ld;
+  bool trans;
+
+  /// Columns [c0, c0+w) of the effective matrix.
+  MatView slice_cols(Index c0, Index w) const {
+    return trans ? MatView{data + c0 * ld, rows, w, ld, true} : MatView{data + c0, rows, w, ld, false};
+  }
+  /// Rows [r0, r0+h) of the effective matrix.
+  MatView slice_rows(Index r0, Index h) const {
+    return trans ? MatView{data + r0, h, cols, ld, true} : MatView{data + r0 * ld, h, cols, ld, false};
+  }
+};
+
+struct CpuBackend {
+  static constexpr std::string_view name = "cpu";
+
+  template <class T>
+  using matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+  template <class T>
+  static matrix<T> zeros(Index r, Index c) {
+    return matrix<T>::Zero(r, c);
+  }
+
+  /// An uninitialised block (for outputs that are fully overwritten).
+  template <class T>
+  static matrix<T> empty(Index r, Index c) {
+    return matrix<T>(r, c);
+  }
+
+  template <class T>
+  static matrix<T> copy_block(const matrix<T>& m, Index r0, Index c0, Index r, Index c) {
+    return m.block(r0, c0, r, c);
+  }
+
+  template <class T>
+  static MatView<T> view(const matrix<T>& m, bool trans = false) {
+    return trans ? MatView<T>{m.data(), m.cols(), m.rows(), m.cols(), true}
+                 : MatView<T>{m.data(), m.rows(), m.cols(), m.cols(), false};
+  }
+
+  /// C := α·A·B + β·C, where A and B are effective (possibly transposed, strided) views.
+  template <class T>
+  static void gemm(T alpha, MatView<T> a, MatView<T> b, T beta, matrix<T>& c) {
+    using Stride = Eigen::OuterStride<>;
+    using Map = Eigen::Map<const matrix<T>, 0, Stride>;
+    const Map A(a.data, a.trans ? a.cols : a.rows, a.trans ? a.rows : a.cols, Stride(a.ld));
+    const Map B(b.data, b.trans ? b.cols : b.rows, b.trans ? b.rows : b.cols, Stride(b.ld));
+    if (beta == T(0)) c.setZero();
+    else if (beta != T(1)) c *= beta;
+    // Eigen dispatches each combination to its GEMM kernel with transpose flags: no copies.
+    if (!a.trans && !b.trans) c.noalias() += alpha * (A * B);
+    else if (a.trans && !b.trans) c.noalias() += alpha * (A.transpose() * B);
+    else if (!a.trans && b.trans) c.noalias() += alpha * (A * B.transpose());
+    else c.noalias() += alpha * (A.transpose() * B.transpose());
+  }
+
+  /// [rows, P·w] → P blocks [rows, w] stacked: block s is columns [s·w, (s+1)·w).
+  template <class T>
+  static matrix<T> pack_col_blocks(const matrix<T>& x, int p) {
+    const Index w = x.cols() / p, r = x.rows();
+    matrix<T> out(p * r, w);
+    for (int s = 0; s < p; ++s) out.middleRows(s * r, r) = x.middleCols(s * w, w);
+    return out;
+  }
+  /// The inverse of pack_col_blocks: P stacked blocks [rows, w] → [rows, P·w].
+  template <class T>
+  static matrix<T> unpack_col_blocks(const matrix<T>& stacked, int p) {
+    const Index r = stacked.rows() / p, w = stacked.cols();
+    matrix<T> out(r, p * w);
+    for (int s = 0; s < p; ++s) out.middleCols(s * w, w) = stacked.middleRows(s * r, r);
+    return out;
+  }
+
+  template <class T, class F>
+  static matrix<T> map(const matrix<T>& x, F f) {
+    return x.unaryExpr(f);
+  }
+  template <class T, class F>
+  static matrix<T> zip(const matrix<T>& x, const matrix<T>& y, F f) {
+    return x.binaryExpr(y, f);
+  }
+  /// [1, K]: Σ over rows.
+  template <class T>
+  static matrix<T> col_sum(const matrix<T>& x) {
+    return x.colwise().sum();
+  }
+  /// [I, 1]: Σ over columns.
+  template <class T>
+  static matrix<T> row_sum(const matrix<T>& x) {
+    return x.rowwise().sum();
+  }
+  /// x + 1·b for a row vector b[1, K].
+  template <class T>
+  static matrix<T> add_row(const matrix<T>& x, const matrix<T>& b) {
+    return x.rowwise() + b.row(0);
+  }
+  /// Numerically stable softmax over each row.
+  template <class T>
+  static matrix<T> softmax_rows(const matrix<T>& x) {
+    matrix<T> y = (x.colwise() - x.rowwise().maxCoeff()).array().exp().matrix();
+    const auto s = y.rowwise().sum().eval();
+    for (Index i = 0; i < y.rows(); ++i) y.row(i) /= s(i);
+    return y;
+  }
+};
+
+}  // namespace shardalg

@@ -1,0 +1,132 @@
+// shardalg/core/elementwise.hpp — elementwise and row-wise operations, each checked against
+// the rules in core/rules.hpp:
+//
+//   A[L] + B[L] → [L]            any L, Partial too (linear)              else E112
+//   α · A[L]    → [L]            any L
+//   f(A[L])     → [L]            non-linear f: not on Partial               E110
+//   A ⊙ B       → same layout; Partial ⊙ R → Partial; Partial ⊙ Partial      E113 / E117
+//   X + b       → b[R] for X[R], X[Row]; b[C] for X[C]; never X[Partial]    E111 / E116
+//   softmax_rows(X): X[R] or X[Row]                                           E114 / E115
+//   col_sum(X[Row]) → [Partial] (the norm-weight gradient under sequence parallelism)
+//   row_sum(X[C])   → [Partial] (the partial statistics of a parallel LayerNorm)
+#pragma once
+
+#include <utility>
+
+#include "shardalg/core/rules.hpp"
+#include "shardalg/core/sharded.hpp"
+
+namespace shardalg {
+
+namespace detail {
+template <class T, class L, class B>
+void check_same_shape(const Sharded<T, L, B>& a, const auto& b, std::string_view op) {
+  if (a.rows() != b.rows() || a.cols() != b.cols())
+    throw ShapeError(cat(op, ": shapes differ: ", a.rows(), "x", a.cols(), " and ", b.rows(), "x", b.cols()));
+  check_same_group(a.group(), b.group(), op);
+}
+template <class T, class L, class B, class Local>
+Sharded<T, L, B> like(const auto& x, Local local, Index rows, Index cols) {
+  return Sharded<T, L, B>(std::move(local), rows, cols, x.group());
+}
+}  // namespace detail
+
+template <class T, class LA, class LB, class B>
+auto operator+(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
+  constexpr auto rule = rules::add(LA::kind, LB::kind);
+  if constexpr (!rule.valid) {
+    return diagnose<rule.error>();
+  } else {
+    detail::check_same_shape(a, b, "add");
+    return detail::like<T, LA, B>(a, B::zip(a.local(), b.local(), [](T x, T y) { return x + y; }), a.rows(),
+                                  a.cols());
+  }
+}
+
+template <class T, class LA, class LB, class B>
+auto operator-(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
+  constexpr auto rule = rules::add(LA::kind, LB::kind);
+  if constexpr (!rule.valid) {
+    return diagnose<rule.error>();
+  } else {
+    detail::check_same_shape(a, b, "sub");
+    return detail::like<T, LA, B>(a, B::zip(a.local(), b.local(), [](T x, T y) { return x - y; }), a.rows(),
+                                  a.cols());
+  }
+}
+
+/// α · A: linear, so every layout, Partial included.
+template <class T, class L, class B>
+Sharded<T, L, B> operator*(T alpha, const Sharded<T, L, B>& a) {
+  return detail::like<T, L, B>(a, B::map(a.local(), [alpha](T x) { return alpha * x; }), a.rows(), a.cols());
+}
+template <class T, class L, class B>
+Sharded<T, L, B> operator*(const Sharded<T, L, B>& a, T alpha) {
+  return alpha * a;
+}
+
+/// f(A) for a non-linear elementwise f (GeLU, exp, …): not on Partial.
+template <class T, class L, class B, class F>
+auto map(const Sharded<T, L, B>& a, F f) {
+  constexpr auto rule = rules::nonlinear(L::kind);
+  if constexpr (!rule.valid) {
+    return diagnose<rule.error>();
+  } else {
+    return detail::like<T, L, B>(a, B::map(a.local(), f), a.rows(), a.cols());
+  }
+}
+
+/// A ⊙ B.
+template <class T, class LA, class LB, class B>
+auto hadamard(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
+  constexpr auto rule = rules::hadamard(LA::kind, LB::kind);
+  if constexpr (!rule.valid) {
+    return diagnose<rule.error>();
+  } else {
+    detail::check_same_shape(a, b, "hadamard");
+    return detail::like<T, layout_t<rule.result>, B>(
+        a, B::zip(a.local(), b.local(), [](T x, T y) { return x * y; }), a.rows(), a.cols());
+  }
+}
+
+/// X + 1·b: a bias b[1, K] broadcast over the rows of X[·, K].
+template <class T, class LX, class LBias, class B>
+auto add_bias(const Sharded<T, LX, B>& x, const Sharded<T, LBias, B>& b) {
+  constexpr auto rule = rules::bias(LX::kind, LBias::kind);
+  if constexpr (!rule.valid) {
+    return diagnose<rule.error>();
+  } else {
+    if (b.rows() != 1 || b.cols() != x.cols())
+      throw ShapeError(detail::cat("add_bias: bias is ", b.rows(), "x", b.cols(), " but the activation has ",
+                                   x.cols(), " columns (expected 1x", x.cols(), ")"));
+    detail::check_same_group(x.group(), b.group(), "add_bias");
+    return detail::like<T, LX, B>(x, B::add_row(x.local(), b.local()), x.rows(), x.cols());
+  }
+}
+
+/// Softmax over each row (a row-wise op: every rank must hold whole rows).
+template <class T, class L, class B>
+auto softmax_rows(const Sharded<T, L, B>& x) {
+  constexpr auto rule = rules::rowwise(L::kind);
+  if constexpr (!rule.valid) {
+    return diagnose<rule.error>();
+  } else {
+    return detail::like<T, L, B>(x, B::softmax_rows(x.local()), x.rows(), x.cols());
+  }
+}
+
+/// Σ_i X[i, :] → [1, K]. From X[Row] the result is Partial: each rank summed only its rows.
+template <class T, class L, class B>
+auto col_sum(const Sharded<T, L, B>& x) {
+  constexpr auto rule = rules::col_sum(L::kind);
+  return Sharded<T, layout_t<rule.result>, B>(B::col_sum(x.local()), 1, x.cols(), x.group());
+}
+
+/// Σ_k X[:, k] → [I, 1]. From X[C] the result is Partial: each rank summed only its columns.
+template <class T, class L, class B>
+auto row_sum(const Sharded<T, L, B>& x) {
+  constexpr auto rule = rules::row_sum(L::kind);
+  return Sharded<T, layout_t<rule.result>, B>(B::row_sum(x.local()), x.rows(), 1, x.group());
+}
+
+}  // namespace shardalg

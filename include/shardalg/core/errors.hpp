@@ -1,0 +1,194 @@
+// shardalg/core/errors.hpp — the two kinds of error shardalg reports.
+//
+// 1. Layout mistakes are compile errors. Each one is a static_assert with a stable ID
+//    ([shardalg.E1xx]) whose text names the collective that fixes it and that collective's
+//    adjoint. All texts live here, in one catalog, so the IDs stay stable and greppable.
+// 2. Bad values (shapes, divisibility, groups) are typed exceptions whose message names the
+//    values. Nothing is modified before the check: a throwing call loses no data.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace shardalg {
+
+// ---------------------------------------------------------------------------------------------
+// Runtime errors
+// ---------------------------------------------------------------------------------------------
+
+/// Base of every exception shardalg throws.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+/// Shapes that do not chain (matmul inner dimensions, elementwise operands, bias length).
+struct ShapeError : Error {
+  using Error::Error;
+};
+/// A dimension that must be split into equal blocks is not divisible by the group size.
+struct DivisibilityError : Error {
+  using Error::Error;
+};
+/// Operands that live on different communicator groups.
+struct GroupMismatchError : Error {
+  using Error::Error;
+};
+/// A sharded tensor, or a local block, handed to a communicator of another size.
+struct GroupSizeError : Error {
+  using Error::Error;
+};
+/// A communicator backend reported a failure (MPI error string, thread-world misuse).
+struct CommError : Error {
+  using Error::Error;
+};
+
+namespace detail {
+template <class... Args>
+std::string cat(Args&&... args) {
+  std::ostringstream os;
+  (os << ... << std::forward<Args>(args));
+  return os.str();
+}
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
+// Compile-time diagnostics: the catalog
+// ---------------------------------------------------------------------------------------------
+//
+// `diagnose<ID>()` is instantiated only on the invalid path of an operation (after an
+// `if constexpr` that stops the cascade), so exactly one of the assertions below fires.
+
+enum class Diag : int {
+  // matmul  C = A · B
+  matmul_row_row = 101,
+  matmul_col_col = 102,
+  matmul_row_col = 103,
+  matmul_any_partial = 104,
+  matmul_partial_split = 105,
+  matmul_partial_partial = 106,
+  // elementwise and row-wise
+  nonlinear_partial = 110,
+  bias_partial = 111,
+  add_mismatch = 112,
+  hadamard_partial_partial = 113,
+  rowwise_col = 114,
+  rowwise_partial = 115,
+  bias_layout = 116,
+  hadamard_mismatch = 117,
+  // redistributions
+  all_reduce_input = 120,
+  reduce_scatter_input = 121,
+  all_gather_input = 122,
+  split_input = 123,
+  all_to_all_input = 124,
+  copy_to_input = 125,
+  reduce_from_input = 126,
+  // parameter updates
+  update_partial_grad = 130,
+  update_layout = 131,
+  // element types
+  dtype_mismatch = 140,
+};
+
+/// What an invalid operation returns after its diagnostic fired: an empty type, so the compiler
+/// reports the one static_assert and not a cascade of follow-on errors.
+struct InvalidOperation {};
+
+template <Diag D>
+constexpr InvalidOperation diagnose() {
+  constexpr int id = static_cast<int>(D);
+  static_assert(id != 101,
+                "[shardalg.E101] matmul(RowSharded, RowSharded): the contraction index is split in B "
+                "but A is split on its rows. Fix: all_gather(B) to Replicated first (Row · R -> Row; "
+                "adjoint of all_gather: reduce_scatter).");
+  static_assert(id != 102,
+                "[shardalg.E102] matmul(ColSharded, ColSharded): the contraction index is split in A "
+                "but not in B. Fix: all_gather(A) to Replicated first (R · C -> C; adjoint of "
+                "all_gather: reduce_scatter), or shard B by rows to get a Partial result.");
+  static_assert(id != 103,
+                "[shardalg.E103] matmul(RowSharded, ColSharded): both non-contracting dimensions are "
+                "split on the same axis, so no rank holds a whole output block. Fix: all_gather one "
+                "operand (A -> R gives R · C -> C; B -> R gives Row · R -> Row; adjoint of all_gather: "
+                "reduce_scatter).");
+  static_assert(id != 104,
+                "[shardalg.E104] matmul(sharded, Partial): B is a pending sum and A is split, so the "
+                "cross terms A_r · B_s are missing. Fix: all_reduce(B) to Replicated first (adjoint: "
+                "identity).");
+  static_assert(id != 105,
+                "[shardalg.E105] matmul(Partial, sharded): A is a pending sum and B is split, so the "
+                "cross terms A_s · B_r are missing. Fix: all_reduce(A) to Replicated first (adjoint: "
+                "identity).");
+  static_assert(id != 106,
+                "[shardalg.E106] matmul(Partial, Partial): a product of sums is not a sum of products. "
+                "Fix: all_reduce one operand to Replicated first (adjoint: identity).");
+  static_assert(id != 110,
+                "[shardalg.E110] non-linear elementwise op on Partial: f(sum of summands) is not the "
+                "sum of f(summand). Fix: all_reduce to Replicated (adjoint: identity) or "
+                "reduce_scatter to RowSharded (adjoint: all_gather) first.");
+  static_assert(id != 111,
+                "[shardalg.E111] add_bias on Partial: every rank would add the bias, so the sum holds "
+                "it P times. Fix: all_reduce (adjoint: identity) or reduce_scatter (adjoint: "
+                "all_gather) first, then add the bias once.");
+  static_assert(id != 112,
+                "[shardalg.E112] elementwise add of two different layouts: the blocks do not line up. "
+                "Fix: redistribute one operand to the other's layout (split, all_gather, all_reduce or "
+                "reduce_scatter; each has its adjoint).");
+  static_assert(id != 113,
+                "[shardalg.E113] hadamard(Partial, Partial): (sum A_r) * (sum B_s) has cross terms "
+                "no rank holds. Fix: all_reduce one operand to Replicated first (adjoint: identity).");
+  static_assert(id != 114,
+                "[shardalg.E114] row-wise op on ColSharded: each row is split across ranks. Fix: "
+                "all_gather to Replicated first (adjoint: reduce_scatter), all_to_all to RowSharded "
+                "(adjoint: all_to_all), or the parallel form with partial statistics and one "
+                "all_reduce.");
+  static_assert(id != 115,
+                "[shardalg.E115] row-wise op on Partial: the row's values are pending sums. Fix: "
+                "all_reduce (adjoint: identity) or reduce_scatter (adjoint: all_gather) first.");
+  static_assert(id != 116,
+                "[shardalg.E116] add_bias layout: a bias b[1,K] must be ColSharded for a ColSharded "
+                "activation and Replicated for a Replicated or RowSharded one. Fix: split(b) "
+                "(adjoint: all_gather) or all_gather(b) (adjoint: reduce_scatter).");
+  static_assert(id != 117,
+                "[shardalg.E117] hadamard of two different layouts: the blocks do not line up (only "
+                "Partial * Replicated mixes). Fix: redistribute one operand to the other's layout.");
+  static_assert(id != 120,
+                "[shardalg.E120] all_reduce needs Partial: only a Partial has a pending sum; reducing "
+                "P copies of a Replicated or split value is wrong. Fix: all_gather (adjoint: "
+                "reduce_scatter) for a split value; nothing for a Replicated one.");
+  static_assert(id != 121,
+                "[shardalg.E121] reduce_scatter needs Partial. Fix: split (free; adjoint: all_gather) "
+                "for a Replicated value, all_to_all (adjoint: all_to_all) for a split one.");
+  static_assert(id != 122,
+                "[shardalg.E122] all_gather needs RowSharded or ColSharded. Fix: all_reduce (adjoint: "
+                "identity) for a Partial value; a Replicated value is already whole.");
+  static_assert(id != 123,
+                "[shardalg.E123] split needs Replicated. Fix: reduce_scatter (adjoint: all_gather) for "
+                "a Partial value, all_to_all (adjoint: all_to_all) for a split one.");
+  static_assert(id != 124,
+                "[shardalg.E124] all_to_all moves RowSharded <-> ColSharded only. Fix: split "
+                "(adjoint: all_gather) from Replicated, reduce_scatter (adjoint: all_gather) from "
+                "Partial.");
+  static_assert(id != 125,
+                "[shardalg.E125] copy_to (Megatron's f) takes a Replicated input: identity forward, "
+                "all_reduce of the Partial cotangent backward. Fix: all_gather (adjoint: "
+                "reduce_scatter) or all_reduce (adjoint: identity) first.");
+  static_assert(id != 126,
+                "[shardalg.E126] reduce_from (Megatron's g) takes a Partial input: all_reduce forward, "
+                "identity backward. A non-Partial value has nothing to reduce.");
+  static_assert(id != 130,
+                "[shardalg.E130] parameter update with a Partial gradient: the parameter is replicated "
+                "and its gradient still holds per-rank summands, so the ranks would diverge. Fix: "
+                "all_reduce the gradient first (adjoint of the replicated use; Megatron's "
+                "sequence-parallel norm-weight reduction).");
+  static_assert(id != 131,
+                "[shardalg.E131] parameter update: the gradient's layout differs from the parameter's. "
+                "Fix: redistribute the gradient to the parameter's layout (split, all_gather, "
+                "all_reduce or reduce_scatter).");
+  static_assert(id != 140,
+                "[shardalg.E140] operands have different element types. Fix: convert one with cast<T>() "
+                "(no communication).");
+  return {};
+}
+
+}  // namespace shardalg

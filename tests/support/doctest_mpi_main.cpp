@@ -1,0 +1,18 @@
+// doctest under MPI: every rank runs every test case; a failure on any rank fails the run.
+// Only rank 0 reports unless a rank fails (then that rank prints its failures too).
+#include <mpi.h>
+
+#include <doctest/doctest.h>
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  doctest::Context ctx(argc, argv);
+  if (rank != 0) ctx.setOption("minimal", true);  // other ranks print only failures
+  int failed = ctx.run() != 0 ? 1 : 0;
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any;
+}

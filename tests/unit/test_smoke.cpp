@@ -1,0 +1,3 @@
+#include <doctest/doctest.h>
+#include "testing.hpp"
+TEST_CASE("smoke") { CHECK(true); }
