@@ -51,3 +51,45 @@ std::vector<R> per_rank(int p, Fn&& fn) {
 }
 
 }  // namespace testing
+
+namespace testing {
+
+/// Rank r's summand of a Partial test operand: integer-valued, seeded by (seed, r). The dense
+/// value is the sum over ranks, which `partial_dense` recomputes independently.
+template <class T>
+Mat<T> summand(Index r, Index c, std::uint64_t seed, int rank) {
+  return random_int<T>(r, c, seed * 1000003ULL + static_cast<std::uint64_t>(rank) + 17);
+}
+template <class T>
+Mat<T> partial_dense(Index r, Index c, std::uint64_t seed, int p) {
+  Mat<T> sum = Mat<T>::Zero(r, c);
+  for (int s = 0; s < p; ++s) sum += summand<T>(r, c, seed, s);
+  return sum;
+}
+
+/// A test operand in layout L whose dense value is `dense_of<L>(…)` below. Replicated and split
+/// layouts take their share of one seeded matrix; Partial gets per-rank summands.
+template <class L, class T>
+shardalg::Sharded<T, L> make_operand(shardalg::Group g, Index r, Index c, std::uint64_t seed) {
+  if constexpr (std::is_same_v<L, shardalg::Partial>)
+    return shardalg::Sharded<T, L>(summand<T>(r, c, seed, g.rank()), r, c, g);
+  else
+    return shardalg::shard<L>(random_int<T>(r, c, seed), g);
+}
+template <class L, class T>
+Mat<T> dense_of(Index r, Index c, std::uint64_t seed, int p) {
+  if constexpr (std::is_same_v<L, shardalg::Partial>) return partial_dense<T>(r, c, seed, p);
+  else return random_int<T>(r, c, seed);
+}
+
+/// This rank's contribution to the pairing ⟨x, y⟩ of a primal value x and a cotangent y, on the
+/// local blocks: Σ_r ⟨x_r, y_r⟩ is the dense pairing for (Row, Row), (C, C), (Partial, R) and
+/// (R, Partial); a (R, R) pair is counted once, so each rank contributes 1/P of it.
+template <class T, class LX, class LY>
+double local_pairing(const shardalg::Sharded<T, LX>& x, const shardalg::Sharded<T, LY>& y) {
+  const double dot = (x.local().template cast<double>().cwiseProduct(y.local().template cast<double>())).sum();
+  constexpr bool both_r = std::is_same_v<LX, shardalg::Replicated> && std::is_same_v<LY, shardalg::Replicated>;
+  return both_r ? dot / x.size() : dot;
+}
+
+}  // namespace testing

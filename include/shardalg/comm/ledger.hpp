@@ -8,9 +8,9 @@
 //   ledger.count(CollectiveKind::all_reduce, "mlp.fwd") == 1
 //
 // A ledger belongs to one rank (each rank decorates its own handle). Scopes nest with '/'.
-// `elements` is the size of the dense buffer the collective is about: n for all_reduce and
-// broadcast, P·n for all_gather, reduce_scatter and all_to_all (the gathered, reduced or
-// exchanged whole). Verification traffic (to_dense, replica checks) is not recorded.
+// `elements` is the size V of the dense matrix the collective is about: n for all_reduce and
+// broadcast, P·n for all_gather and reduce_scatter (the gathered or reduced whole), P²·n for
+// all_to_all (P ranks exchange P tiles of n each). The cost model's ring factors apply to V. Verification traffic (to_dense, replica checks) is not recorded.
 #pragma once
 
 #include <cstddef>
@@ -156,7 +156,7 @@ class Ledgered {
     forward([&](auto& c, const auto&... info) { c.reduce_scatter(s, r, n, t, op, info...); }, i);
   }
   void all_to_all(const void* s, void* r, std::size_t n, DType t, const CallInfo& i = {}) {
-    ledger_->record(CollectiveKind::all_to_all, n * size(), t, i, size());
+    ledger_->record(CollectiveKind::all_to_all, n * size() * size(), t, i, size());
     forward([&](auto& c, const auto&... info) { c.all_to_all(s, r, n, t, info...); }, i);
   }
   void broadcast(void* b, std::size_t n, DType t, int root, const CallInfo& i = {}) {

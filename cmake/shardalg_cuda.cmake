@@ -1,0 +1,58 @@
+# cmake/shardalg_cuda.cmake — shardalg::cuda: the CUDA/NCCL backend headers (include/shardalg/cuda/).
+#
+# Included from the top-level CMakeLists.txt when SHARDALG_WITH_CUDA is ON. Provides the INTERFACE
+# target `shardalg_cuda` (alias shardalg::cuda, exported as shardalg::cuda) only when both a CUDA
+# compiler and NCCL are found; otherwise it says why and provides nothing (the CPU build is unchanged).
+# A GPU is NOT needed to configure, build or link: the tests skip at run time without one.
+include(CheckLanguage)
+
+set(SHARDALG_CUDA_FOUND OFF)
+if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc AND NOT DEFINED ENV{CUDACXX})
+  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)  # not on the PATH in every shell
+endif()
+check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+  message(STATUS "shardalg::cuda: no CUDA compiler found — the CUDA backend is not built")
+  return()
+endif()
+
+# NCCL ships inside the CUDA 13 toolkit directory on these machines; NCCL_ROOT overrides.
+find_path(SHARDALG_NCCL_INCLUDE_DIR nccl.h
+          HINTS ${NCCL_ROOT} ENV NCCL_ROOT ENV NCCL_HOME
+          PATHS /usr/local/cuda/include /usr/local/cuda-13.0/include /usr/include
+          PATH_SUFFIXES include)
+find_library(SHARDALG_NCCL_LIBRARY nccl
+             HINTS ${NCCL_ROOT} ENV NCCL_ROOT ENV NCCL_HOME
+             PATHS /usr/local/cuda/lib64 /usr/local/cuda-13.0/lib64 /usr/lib/x86_64-linux-gnu
+             PATH_SUFFIXES lib lib64)
+if(NOT SHARDALG_NCCL_INCLUDE_DIR OR NOT SHARDALG_NCCL_LIBRARY)
+  message(STATUS "shardalg::cuda: NCCL not found (nccl.h: ${SHARDALG_NCCL_INCLUDE_DIR}, "
+                 "libnccl: ${SHARDALG_NCCL_LIBRARY}) — the CUDA backend is not built")
+  return()
+endif()
+
+# sm_90 (H100/H200) unless the user chose; set before enable_language so CMake does not probe.
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES 90)
+endif()
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+
+add_library(shardalg_cuda INTERFACE)
+add_library(shardalg::cuda ALIAS shardalg_cuda)
+set_target_properties(shardalg_cuda PROPERTIES EXPORT_NAME cuda)
+target_compile_features(shardalg_cuda INTERFACE cuda_std_20)
+# NCCL's include dir is usually the toolkit's own; add it anyway (harmless when equal). The library
+# is linked by its absolute path, installed package included (NCCL lives in the toolkit tree here).
+target_include_directories(shardalg_cuda SYSTEM INTERFACE $<BUILD_INTERFACE:${SHARDALG_NCCL_INCLUDE_DIR}>)
+target_link_libraries(shardalg_cuda INTERFACE shardalg CUDA::cudart CUDA::cublas CUDA::cublasLt
+                                              ${SHARDALG_NCCL_LIBRARY})
+# In .cu translation units Eigen is host-only (EIGEN_NO_CUDA: no __device__ Eigen, no warnings);
+# kernels may use constexpr std functions and user code may pass __device__ lambdas to map/zip.
+target_compile_definitions(shardalg_cuda INTERFACE SHARDALG_HAVE_CUDA $<$<COMPILE_LANGUAGE:CUDA>:EIGEN_NO_CUDA>)
+target_compile_options(shardalg_cuda INTERFACE
+                       $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --extended-lambda>)
+list(APPEND SHARDALG_EXPORTED shardalg_cuda)
+set(SHARDALG_CUDA_FOUND ON)
+message(STATUS "shardalg::cuda: CUDA ${CMAKE_CUDA_COMPILER_VERSION} (${CMAKE_CUDA_COMPILER}), "
+               "NCCL ${SHARDALG_NCCL_LIBRARY}, architectures ${CMAKE_CUDA_ARCHITECTURES}")

@@ -1,0 +1,12 @@
+// shardalg/cost/cost.hpp — the cost model: α-β collectives, per-layer FLOPs and communication,
+// memory per parameter and activations, valid TP degrees and vocabulary padding, and a
+// calibration that measures α and β on this machine. Everything but the calibration is
+// constexpr arithmetic with the unit in each name.
+#pragma once
+
+#include "shardalg/cost/units.hpp"
+#include "shardalg/cost/alpha_beta.hpp"
+#include "shardalg/cost/transformer.hpp"
+#include "shardalg/cost/memory.hpp"
+#include "shardalg/cost/parallel_config.hpp"
+#include "shardalg/cost/calibrate.hpp"

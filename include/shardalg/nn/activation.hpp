@@ -1,0 +1,44 @@
+// shardalg/nn/activation.hpp — elementwise activations and their derivatives, as functors for
+// the core's `map` (non-linear: the core refuses them on Partial, E110). A device backend needs
+// them callable on the device; they are plain structs with a templated call operator for that.
+#pragma once
+
+#include <cmath>
+
+namespace shardalg::nn {
+
+enum class Activation { gelu_tanh, gelu_erf, swiglu };
+
+/// GeLU, tanh approximation: ½x(1 + tanh(√(2/π)(x + 0.044715x³))).
+struct GeluTanh {
+  template <class T>
+  T operator()(T x) const {
+    const T k = T(0.7978845608028654), c = T(0.044715);
+    return T(0.5) * x * (T(1) + std::tanh(k * (x + c * x * x * x)));
+  }
+};
+/// d/dx of GeluTanh: ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²), t = tanh(…).
+struct GeluTanhGrad {
+  template <class T>
+  T operator()(T x) const {
+    const T k = T(0.7978845608028654), c = T(0.044715);
+    const T t = std::tanh(k * (x + c * x * x * x));
+    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
+  }
+};
+/// GeLU, exact: x·Φ(x) = ½x(1 + erf(x/√2)).
+struct GeluErf {
+  template <class T>
+  T operator()(T x) const {
+    return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
+  }
+};
+/// d/dx of GeluErf: Φ(x) + x·φ(x).
+struct GeluErfGrad {
+  template <class T>
+  T operator()(T x) const {
+    return T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476))) + x * std::exp(T(-0.5) * x * x) * T(0.3989422804014327);
+  }
+};
+
+}  // namespace shardalg::nn

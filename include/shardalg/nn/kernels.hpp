@@ -1,0 +1,247 @@
+// shardalg/nn/kernels.hpp — the local kernels the layers need beyond the core's operations.
+//
+// The layers never touch a local block's elements directly: the layout algebra (matmul, add,
+// map, hadamard, col_sum, the collectives) goes through the core, and the few row-wise or
+// index-keyed pieces below go through `Kernels<Backend>`. A backend supplies a specialisation
+// with these names; this file holds the CPU (Eigen) one. A CUDA backend provides, on device
+// blocks, the same ten functions:
+//
+//   generate(r, c, f)                      fill a block from f(local row, local col)   (init, load)
+//   row_mean_var(x, center)                two-pass row statistics of whole rows        (LayerNorm/RMSNorm on R, Row)
+//   row_power_sums(x)                      (Σx, Σx²) per row of a column block          (parallel LayerNorm, C)
+//   mean_var_from_sums(s, n, center)       the finished statistics after the all-reduce
+//   norm_apply(x, mv, γ, β, eps, center)   y = x̂·γ + β, and x̂, rstd for the backward
+//   norm_grad_sums(dy, x̂, γ)              (Σg, Σg·x̂) per row, g = dy ⊙ γ
+//   norm_grad_apply(dy, x̂, γ, rstd, s, n, center)   dx = rstd·(g − Σg/n − x̂·Σg·x̂/n)
+//   swiglu(h), swiglu_grad(h, da)          silu(gate) ⊙ up on a [gate | up] block, and its adjoint
+//   dropout(x, p, seed, tensor, r0, c0)    the mask as a function of the global index
+//   causal_attention(qkv, shape), causal_attention_grad(qkv, probs, dout, shape)
+//
+// Elementwise activations (GeLU tanh/erf and their derivatives) are plain functors used through
+// the core's `map`; a device backend needs them callable on the device (see nn/activation.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "shardalg/core/backend_cpu.hpp"
+#include "shardalg/nn/random.hpp"
+
+namespace shardalg::nn {
+
+/// Local kernels of a backend. Primary template left undefined: a backend must specialise it.
+template <class Backend>
+struct Kernels;
+
+/// The shape of a local fused-QKV block: `units` groups of (q_per_unit query heads, one K head,
+/// one V head), each head `head_dim` wide; rows are batch × seq tokens, batch-major.
+struct AttnShape {
+  Index batch, seq, units, q_per_unit, head_dim;
+  [[nodiscard]] Index unit_width() const { return (q_per_unit + 2) * head_dim; }
+  [[nodiscard]] Index out_width() const { return units * q_per_unit * head_dim; }
+};
+
+template <>
+struct Kernels<CpuBackend> {
+  template <class T>
+  using M = CpuBackend::matrix<T>;
+
+  template <class T, class F>
+  static M<T> generate(Index r, Index c, F f) {
+    M<T> m(r, c);
+    for (Index i = 0; i < r; ++i)
+      for (Index j = 0; j < c; ++j) m(i, j) = f(i, j);
+    return m;
+  }
+
+  // ---- normalisation: center = true is LayerNorm, false is RMSNorm --------------------------
+
+  /// [rows, 2] = (mean, variance) of each whole row, two passes; for RMSNorm (0, mean square).
+  template <class T>
+  static M<T> row_mean_var(const M<T>& x, bool center) {
+    const Index n = x.cols();
+    M<T> mv(x.rows(), 2);
+    for (Index i = 0; i < x.rows(); ++i) {
+      const T mean = center ? x.row(i).sum() / T(n) : T(0);
+      mv(i, 0) = mean;
+      mv(i, 1) = (x.row(i).array() - mean).square().sum() / T(n);
+    }
+    return mv;
+  }
+
+  /// [rows, 2] = (Σ_k x_k, Σ_k x_k²) over this block's columns: a summand of the row's sums.
+  template <class T>
+  static M<T> row_power_sums(const M<T>& x) {
+    M<T> s(x.rows(), 2);
+    s.col(0) = x.rowwise().sum();
+    s.col(1) = x.array().square().rowwise().sum().matrix();
+    return s;
+  }
+
+  /// (Σx, Σx²) over n columns → (mean, variance) (RMSNorm: (0, mean square)).
+  template <class T>
+  static M<T> mean_var_from_sums(const M<T>& s, Index n, bool center) {
+    M<T> mv(s.rows(), 2);
+    for (Index i = 0; i < s.rows(); ++i) {
+      const T mean = center ? s(i, 0) / T(n) : T(0);
+      mv(i, 0) = mean;
+      mv(i, 1) = s(i, 1) / T(n) - mean * mean;
+    }
+    return mv;
+  }
+
+  template <class T>
+  struct NormOut {
+    M<T> y, xhat, rstd;  // rstd: [rows, 1]
+  };
+
+  /// x̂ = (x − mean)·rstd, rstd = 1/√(var + eps); y = x̂ ⊙ γ (+ β when given).
+  template <class T>
+  static NormOut<T> norm_apply(const M<T>& x, const M<T>& mv, const M<T>& gamma, const M<T>* beta, T eps) {
+    NormOut<T> o{M<T>(x.rows(), x.cols()), M<T>(x.rows(), x.cols()), M<T>(x.rows(), 1)};
+    for (Index i = 0; i < x.rows(); ++i) {
+      const T rstd = T(1) / std::sqrt(mv(i, 1) + eps);
+      o.rstd(i, 0) = rstd;
+      o.xhat.row(i) = (x.row(i).array() - mv(i, 0)) * rstd;
+      o.y.row(i) = o.xhat.row(i).cwiseProduct(gamma.row(0));
+      if (beta) o.y.row(i) += beta->row(0);
+    }
+    return o;
+  }
+
+  /// [rows, 2] = (Σ_k g_k, Σ_k g_k·x̂_k) over this block's columns, g = dy ⊙ γ.
+  template <class T>
+  static M<T> norm_grad_sums(const M<T>& dy, const M<T>& xhat, const M<T>& gamma) {
+    M<T> s(dy.rows(), 2);
+    for (Index i = 0; i < dy.rows(); ++i) {
+      const auto g = (dy.row(i).array() * gamma.row(0).array()).eval();
+      s(i, 0) = g.sum();
+      s(i, 1) = (g * xhat.row(i).array()).sum();
+    }
+    return s;
+  }
+
+  /// dx = rstd·(g − Σg/n − x̂·Σ(g·x̂)/n) for LayerNorm; RMSNorm drops the Σg/n term.
+  template <class T>
+  static M<T> norm_grad_apply(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd,
+                              const M<T>& sums, Index n, bool center) {
+    M<T> dx(dy.rows(), dy.cols());
+    for (Index i = 0; i < dy.rows(); ++i) {
+      const T mg = center ? sums(i, 0) / T(n) : T(0);
+      const T mgx = sums(i, 1) / T(n);
+      dx.row(i) = ((dy.row(i).array() * gamma.row(0).array() - mg - xhat.row(i).array() * mgx) * rstd(i, 0)).matrix();
+    }
+    return dx;
+  }
+
+  // ---- SwiGLU: a [rows, 2w] block [gate | up] → silu(gate) ⊙ up, [rows, w] --------------------
+
+  template <class T>
+  static M<T> swiglu(const M<T>& h) {
+    const Index w = h.cols() / 2;
+    M<T> a(h.rows(), w);
+    for (Index i = 0; i < h.rows(); ++i)
+      for (Index j = 0; j < w; ++j) {
+        const T g = h(i, j);
+        a(i, j) = g / (T(1) + std::exp(-g)) * h(i, w + j);
+      }
+    return a;
+  }
+
+  /// d[gate | up] from dA: d up = dA·silu(g); d gate = dA·up·σ(g)·(1 + g·(1 − σ(g))).
+  template <class T>
+  static M<T> swiglu_grad(const M<T>& h, const M<T>& da) {
+    const Index w = h.cols() / 2;
+    M<T> dh(h.rows(), h.cols());
+    for (Index i = 0; i < h.rows(); ++i)
+      for (Index j = 0; j < w; ++j) {
+        const T g = h(i, j), u = h(i, w + j);
+        const T sig = T(1) / (T(1) + std::exp(-g));
+        dh(i, w + j) = da(i, j) * g * sig;
+        dh(i, j) = da(i, j) * u * sig * (T(1) + g * (T(1) - sig));
+      }
+    return dh;
+  }
+
+  // ---- dropout keyed by the global index -------------------------------------------------------
+
+  /// y = x ⊙ mask / (1 − p), mask(i, j) = [uniform(seed, tensor, r0 + i, c0 + j) ≥ p].
+  template <class T>
+  static M<T> dropout(const M<T>& x, double p, std::uint64_t seed, std::uint64_t tensor, Index r0, Index c0) {
+    const T scale = static_cast<T>(1.0 / (1.0 - p));
+    M<T> y(x.rows(), x.cols());
+    for (Index i = 0; i < x.rows(); ++i)
+      for (Index j = 0; j < x.cols(); ++j)
+        y(i, j) = uniform_at(seed, tensor, r0 + i, c0 + j) >= p ? x(i, j) * scale : T(0);
+    return y;
+  }
+
+  // ---- causal self-attention on a local fused-QKV block ----------------------------------------
+
+  template <class T>
+  struct AttnOut {
+    M<T> out;    // [tokens, units·q_per_unit·head_dim]: the heads side by side
+    M<T> probs;  // [(batch·units·q_per_unit)·seq, seq]: softmax(QKᵀ/√d) per (batch, head)
+  };
+
+  template <class T>
+  static AttnOut<T> causal_attention(const M<T>& qkv, const AttnShape& s) {
+    const T scale = T(1) / std::sqrt(T(s.head_dim));
+    const Index d = s.head_dim, uw = s.unit_width();
+    AttnOut<T> o{M<T>::Zero(s.batch * s.seq, s.out_width()),
+                 M<T>::Zero(s.batch * s.units * s.q_per_unit * s.seq, s.seq)};
+    for (Index b = 0; b < s.batch; ++b)
+      for (Index u = 0; u < s.units; ++u) {
+        const auto k = qkv.block(b * s.seq, u * uw + s.q_per_unit * d, s.seq, d);
+        const auto v = qkv.block(b * s.seq, u * uw + (s.q_per_unit + 1) * d, s.seq, d);
+        for (Index j = 0; j < s.q_per_unit; ++j) {
+          const auto q = qkv.block(b * s.seq, u * uw + j * d, s.seq, d);
+          auto p = o.probs.block(((b * s.units + u) * s.q_per_unit + j) * s.seq, 0, s.seq, s.seq);
+          M<T> scores = (q * k.transpose()) * scale;
+          for (Index i = 0; i < s.seq; ++i) {  // row i attends to keys 0..i
+            const T mx = scores.row(i).head(i + 1).maxCoeff();
+            T sum = 0;
+            for (Index c = 0; c <= i; ++c) sum += (p(i, c) = std::exp(scores(i, c) - mx));
+            p.row(i).head(i + 1) /= sum;
+          }
+          o.out.block(b * s.seq, (u * s.q_per_unit + j) * d, s.seq, d).noalias() = p * v;
+        }
+      }
+    return o;
+  }
+
+  /// dQKV from dOut: dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P ⊙ (dP − rowsum(dP ⊙ P)), dQ = dS·K/√d,
+  /// dK = dSᵀ·Q/√d; K and V gradients are summed over the query heads of their unit.
+  template <class T>
+  static M<T> causal_attention_grad(const M<T>& qkv, const M<T>& probs, const M<T>& dout, const AttnShape& s) {
+    const T scale = T(1) / std::sqrt(T(s.head_dim));
+    const Index d = s.head_dim, uw = s.unit_width();
+    M<T> dqkv = M<T>::Zero(qkv.rows(), qkv.cols());
+    for (Index b = 0; b < s.batch; ++b)
+      for (Index u = 0; u < s.units; ++u) {
+        const Index r0 = b * s.seq, kc = u * uw + s.q_per_unit * d, vc = kc + d;
+        const auto k = qkv.block(r0, kc, s.seq, d);
+        const auto v = qkv.block(r0, vc, s.seq, d);
+        for (Index j = 0; j < s.q_per_unit; ++j) {
+          const Index qc = u * uw + j * d;
+          const auto q = qkv.block(r0, qc, s.seq, d);
+          const auto p = probs.block(((b * s.units + u) * s.q_per_unit + j) * s.seq, 0, s.seq, s.seq);
+          const auto dO = dout.block(r0, (u * s.q_per_unit + j) * d, s.seq, d);
+          dqkv.block(r0, vc, s.seq, d).noalias() += p.transpose() * dO;
+          const M<T> dp = dO * v.transpose();
+          M<T> ds(s.seq, s.seq);
+          for (Index i = 0; i < s.seq; ++i) {
+            const T dot = dp.row(i).dot(p.row(i));
+            ds.row(i) = (p.row(i).array() * (dp.row(i).array() - dot)).matrix();
+          }
+          dqkv.block(r0, qc, s.seq, d).noalias() += (ds * k) * scale;
+          dqkv.block(r0, kc, s.seq, d).noalias() += (ds.transpose() * q) * scale;
+        }
+      }
+    return dqkv;
+  }
+};
+
+}  // namespace shardalg::nn

@@ -1,3 +1,0 @@
-#include <doctest/doctest.h>
-#include "testing.hpp"
-TEST_CASE("smoke") { CHECK(true); }
