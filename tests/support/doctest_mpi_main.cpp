@@ -1,5 +1,6 @@
 // doctest under MPI: every rank runs every test case; a failure on any rank fails the run.
 // Only rank 0 reports unless a rank fails (then that rank prints its failures too).
+#define DOCTEST_CONFIG_IMPLEMENT
 #include <mpi.h>
 
 #include <doctest/doctest.h>

@@ -93,3 +93,18 @@ double local_pairing(const shardalg::Sharded<T, LX>& x, const shardalg::Sharded<
 }
 
 }  // namespace testing
+
+namespace testing {
+
+using AllLayouts = std::tuple<shardalg::Replicated, shardalg::RowSharded, shardalg::ColSharded, shardalg::Partial>;
+
+/// Call `f.template operator()<A, B>()` for every ordered pair of the four layouts.
+template <class F>
+void for_each_layout_pair(F&& f) {
+  auto row = [&]<class A>(A) {
+    std::apply([&]<class... B>(B...) { (f.template operator()<A, B>(), ...); }, AllLayouts{});
+  };
+  std::apply([&]<class... A>(A... a) { (row(a), ...); }, AllLayouts{});
+}
+
+}  // namespace testing

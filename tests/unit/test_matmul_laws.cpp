@@ -4,8 +4,6 @@
 // The table itself is checked against the spec (ALGEBRA.md), written out independently here.
 #include <doctest/doctest.h>
 
-#include <tuple>
-
 #include "testing.hpp"
 
 using namespace shardalg;
@@ -77,8 +75,6 @@ double matmul_law(int p, Index m, Index k, Index n, std::uint64_t seed) {
   return *std::max_element(errs.begin(), errs.end());
 }
 
-using Layouts = std::tuple<Replicated, RowSharded, ColSharded, Partial>;
-
 // Every (stored A, stored B, transpose flags) whose effective pair is valid.
 template <class T, bool TA, bool TB, class SA, class SB>
 void one_pair(int p, std::uint64_t seed, int& checked) {
@@ -97,14 +93,9 @@ void one_pair(int p, std::uint64_t seed, int& checked) {
   }
 }
 
-template <class T, bool TA, bool TB, class SA>
-void row_of_pairs(int p, std::uint64_t seed, int& checked) {
-  std::apply([&]<class... SB>(SB...) { (one_pair<T, TA, TB, SA, SB>(p, seed, checked), ...); }, Layouts{});
-}
-
 template <class T, bool TA, bool TB>
 void all_pairs(int p, std::uint64_t seed, int& checked) {
-  std::apply([&]<class... SA>(SA...) { (row_of_pairs<T, TA, TB, SA>(p, seed, checked), ...); }, Layouts{});
+  testing::for_each_layout_pair([&]<class SA, class SB>() { one_pair<T, TA, TB, SA, SB>(p, seed, checked); });
 }
 
 }  // namespace

@@ -3,6 +3,13 @@
 // from MPI_Comm_split; collectives run in place on the caller's buffers, with no staging copies.
 #pragma once
 
+// Only MPI's C API is used; skip the deprecated C++ bindings (and their warnings).
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <cstdint>
@@ -32,6 +39,12 @@ inline MPI_Op mpi_op(ReduceOp op) {
     case ReduceOp::min: return MPI_MIN;
     default: return MPI_SUM;
   }
+}
+/// MPI_Comm is a pointer in Open MPI and an int in MPICH.
+template <class H>
+std::uintptr_t handle_key(H h) {
+  if constexpr (std::is_pointer_v<H>) return reinterpret_cast<std::uintptr_t>(h);
+  else return static_cast<std::uintptr_t>(h);
 }
 inline void mpi_check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
@@ -66,10 +79,7 @@ class MpiComm {
   int rank() const { return rank_; }
   int size() const { return size_; }
   /// The MPI handle itself: two wrappers of one communicator are the same group.
-  std::uintptr_t key() const {
-    if constexpr (std::is_pointer_v<MPI_Comm>) return reinterpret_cast<std::uintptr_t>(*comm_);
-    else return static_cast<std::uintptr_t>(*comm_);
-  }
+  std::uintptr_t key() const { return detail::handle_key(*comm_); }
 
   void all_reduce(void* buf, std::size_t n, DType t, ReduceOp op) {
     detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, count(n), detail::mpi_type(t), detail::mpi_op(op), *comm_),

@@ -34,7 +34,7 @@ namespace detail {
 /// The state the ranks of one thread world share.
 class ThreadWorld {
  public:
-  explicit ThreadWorld(int n) : n_(n), send_(n), recv_(n) {}
+  explicit ThreadWorld(int n) : send_(n), recv_(n), n_(n) {}
 
   int size() const { return n_; }
 

@@ -1,0 +1,35 @@
+# scripts/lib.sh — shared by scripts/test and scripts/demo: install what is missing, configure.
+
+# The Debian packages shardalg's build, tests, tools and benchmarks use.
+SHARDALG_PACKAGES=(cmake ninja-build g++ pkg-config ccache libeigen3-dev libopenmpi-dev openmpi-bin
+                   doctest-dev libbenchmark-dev libopenblas-dev meson libcli11-dev nlohmann-json3-dev
+                   python3-matplotlib)
+
+ensure_packages() {
+  local missing=()
+  for p in "${SHARDALG_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "== installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "Missing packages. Run:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+}
+
+# configure <build-dir> [extra cmake args…]
+configure() {
+  local dir=$1
+  shift
+  local launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@" >/dev/null
+}
+
+jobs() { nproc 2>/dev/null || echo 2; }

@@ -1,0 +1,20 @@
+// [shardalg.E102] matmul col col: `matmul(a, b)` must not compile; the fix the
+// diagnostic names, `matmul(all_gather(a), b)`, must.
+#include <shardalg/shardalg.hpp>
+
+using namespace shardalg;
+
+template <class L, class T = double>
+Sharded<T, L> mk(Index r, Index c) {
+  return Sharded<T, L>(CpuBackend::matrix<T>::Zero(r, c), r, c, Group(SelfComm{}));
+}
+
+int main() {
+  auto a = mk<ColSharded>(4, 4); auto b = mk<ColSharded>(4, 4);
+#ifdef SHARDALG_EXPECT_FAIL
+  auto y = matmul(a, b);
+#else
+  auto y = matmul(all_gather(a), b);
+#endif
+  (void)y;
+}

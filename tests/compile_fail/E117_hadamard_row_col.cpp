@@ -1,0 +1,20 @@
+// [shardalg.E117] hadamard row col: `hadamard(a, b)` must not compile; the fix the
+// diagnostic names, `hadamard(a, all_to_all<RowSharded>(b))`, must.
+#include <shardalg/shardalg.hpp>
+
+using namespace shardalg;
+
+template <class L, class T = double>
+Sharded<T, L> mk(Index r, Index c) {
+  return Sharded<T, L>(CpuBackend::matrix<T>::Zero(r, c), r, c, Group(SelfComm{}));
+}
+
+int main() {
+  auto a = mk<RowSharded>(4, 4); auto b = mk<ColSharded>(4, 4);
+#ifdef SHARDALG_EXPECT_FAIL
+  auto y = hadamard(a, b);
+#else
+  auto y = hadamard(a, all_to_all<RowSharded>(b));
+#endif
+  (void)y;
+}
