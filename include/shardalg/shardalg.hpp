@@ -9,6 +9,7 @@
 #include "shardalg/core/errors.hpp"
 #include "shardalg/core/rules.hpp"
 #include "shardalg/core/backend_cpu.hpp"
+#include "shardalg/core/threads.hpp"
 #include "shardalg/core/sharded.hpp"
 #include "shardalg/core/matmul.hpp"
 #include "shardalg/core/elementwise.hpp"

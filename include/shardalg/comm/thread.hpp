@@ -26,6 +26,7 @@
 
 #include "shardalg/comm/communicator.hpp"
 #include "shardalg/core/errors.hpp"
+#include "shardalg/core/threads.hpp"
 
 namespace shardalg {
 
@@ -218,9 +219,15 @@ class ThreadComm {
 static_assert(Communicator<ThreadComm>);
 
 /// Run `fn(ThreadComm&)` on `n` threads, ranks 0..n−1; rethrow the first rank's exception.
+/// For the duration of the run the local GEMM gets local_threads_for(n) threads per rank.
 template <class Fn>
 void run_ranks(int n, Fn&& fn) {
   if (n < 1) throw CommError(detail::cat("run_ranks: world size ", n, " must be at least 1"));
+  struct Budget {
+    int saved = local_threads();
+    explicit Budget(int n) { set_local_threads(local_threads_for(n)); }
+    ~Budget() { set_local_threads(saved); }
+  } budget(n);
   auto world = std::make_shared<detail::ThreadWorld>(n);
   std::vector<std::exception_ptr> errors(n);
   std::vector<bool> aborted_only(n, false);

@@ -15,7 +15,13 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <string_view>
+#include <type_traits>
+
+#if defined(SHARDALG_HAVE_BLAS)
+#include <cblas.h>
+#endif
 
 namespace shardalg {
 
@@ -68,8 +74,28 @@ struct CpuBackend {
   }
 
   /// C := α·A·B + β·C, where A and B are effective (possibly transposed, strided) views.
+  /// With shardalg::blas, float and double go straight to cblas_?gemm (row-major, transpose
+  /// flags, leading dimensions: no copies, and C is not read when β = 0); otherwise Eigen's GEMM.
   template <class T>
   static void gemm(T alpha, MatView<T> a, MatView<T> b, T beta, matrix<T>& c) {
+#if defined(SHARDALG_HAVE_BLAS)
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      const auto m = static_cast<int>(c.rows()), n = static_cast<int>(c.cols()), k = static_cast<int>(a.cols);
+      if (m == 0 || n == 0) return;
+      if (k == 0) {
+        if (beta == T(0)) c.setZero();
+        else c *= beta;
+        return;
+      }
+      const auto ta = a.trans ? CblasTrans : CblasNoTrans, tb = b.trans ? CblasTrans : CblasNoTrans;
+      const auto lda = static_cast<int>(std::max<Index>(1, a.ld)), ldb = static_cast<int>(std::max<Index>(1, b.ld));
+      if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a.data, lda, b.data, ldb, beta, c.data(), n);
+      else
+        cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a.data, lda, b.data, ldb, beta, c.data(), n);
+      return;
+    }
+#endif
     using Stride = Eigen::OuterStride<>;
     using Map = Eigen::Map<const matrix<T>, 0, Stride>;
     const Map A(a.data, a.trans ? a.cols : a.rows, a.trans ? a.rows : a.cols, Stride(a.ld));

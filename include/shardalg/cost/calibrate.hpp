@@ -6,8 +6,9 @@
 //   ring all-reduce:  t(V) = 2(P−1)·α + 2(P−1)/P · V/β     so   α = a / (2(P−1)),  β = 2(P−1)/(P·c)
 //
 // The fit weighs each sample by 1/t² (it minimises relative residuals), so that a 4 KB and a
-// 4 MB all-reduce count alike; a and c are constrained to be ≥ 0. Each sample is the median over
-// repetitions of the slowest rank's time (a collective ends when its last rank does).
+// 4 MB all-reduce count alike; a and c are constrained to be ≥ 0. Each sample is the fastest
+// repetition of the slowest rank's time (a collective ends when its last rank does; see
+// measure_all_reduce for why the fastest).
 //
 //   auto cal = cost::calibrate_thread_all_reduce(4, {1 << 12, 1 << 16, 1 << 20});
 //   cal.link.alpha_seconds, cal.link.beta_bytes_per_second
@@ -29,7 +30,8 @@ namespace shardalg::cost {
 
 struct TimingSample {
   double dense_bytes = 0;
-  double seconds = 0;
+  double seconds = 0;         // the fastest repetition: the uncontended time the model describes
+  double median_seconds = 0;  // for reporting: how much the machine's load added
 };
 
 /// t(V) = intercept_seconds + seconds_per_byte · V.
@@ -81,27 +83,37 @@ constexpr AlphaBeta all_reduce_alpha_beta(const LineFit& fit, int p) {
   return ab;
 }
 
-/// Collective: every rank of `g` calls it with the same arguments and gets the same samples
-/// (the median over `repetitions` of the slowest rank's time, float buffers).
+/// Collective: every rank of `g` calls it with the same arguments and gets the same samples: per
+/// size, the slowest rank's time of each repetition, and of those the minimum (and the median).
+/// The minimum because load from elsewhere on the machine only ever adds time, and adds more to
+/// long collectives (a rank descheduled mid-copy stalls the others at the next barrier for a whole
+/// time slice), so medians of large sizes bend the line on a busy machine; the fastest repetition
+/// estimates the uncontended cost, which is what the α-β model describes. The sizes are
+/// interleaved within each repetition, so a burst of load touches them all.
 inline std::vector<TimingSample> measure_all_reduce(Group g, const std::vector<std::size_t>& element_counts,
                                                     int repetitions = 15, int warmup = 2) {
   using clock = std::chrono::steady_clock;
-  std::vector<TimingSample> out;
   const CallInfo info{"Partial", "R", true};  // calibration traffic: a ledger does not count it
-  for (const std::size_t n : element_counts) {
-    std::vector<float> buf(n, 1.0f);
-    std::vector<double> times;
-    for (int r = 0; r < warmup + repetitions; ++r) {
+  std::vector<std::vector<float>> bufs;
+  for (const std::size_t n : element_counts) bufs.emplace_back(n, 1.0f);
+  std::vector<std::vector<double>> times(element_counts.size());
+  for (int r = 0; r < warmup + repetitions; ++r) {
+    for (std::size_t i = 0; i < bufs.size(); ++i) {
+      auto& buf = bufs[i];
       g.barrier();
       const auto t0 = clock::now();
-      g.all_reduce(buf.data(), n, ReduceOp::sum, info);
+      g.all_reduce(buf.data(), buf.size(), ReduceOp::sum, info);
       double dt = std::chrono::duration<double>(clock::now() - t0).count();
       g.all_reduce(&dt, 1, ReduceOp::max, info);
       std::fill(buf.begin(), buf.end(), 1.0f);  // keep the values finite
-      if (r >= warmup) times.push_back(dt);
+      if (r >= warmup) times[i].push_back(dt);
     }
-    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-    out.push_back({static_cast<double>(n * sizeof(float)), times[times.size() / 2]});
+  }
+  std::vector<TimingSample> out;
+  for (std::size_t i = 0; i < bufs.size(); ++i) {
+    auto& t = times[i];
+    std::sort(t.begin(), t.end());
+    out.push_back({static_cast<double>(bufs[i].size() * sizeof(float)), t.front(), t[t.size() / 2]});
   }
   return out;
 }

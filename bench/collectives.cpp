@@ -1,0 +1,129 @@
+// bench/collectives — shardalg's collectives beside the raw MPI calls, run with `mpirun -np 2`.
+// Every MPI benchmark times each iteration between barriers and reports the maximum over ranks
+// (manual time), so both ranks run the same iteration counts and the figure is the collective's.
+//
+//   BM_raw_MPI_Allreduce/bytes              MPI_Allreduce(MPI_IN_PLACE) on a float buffer
+//   BM_shardalg_all_reduce/bytes            all_reduce(Z[Partial]) → Z[R] (in place on the block)
+//   BM_raw_MPI_Reduce_scatter_block/bytes   the native reduce-scatter, for reference
+//   BM_shardalg_reduce_scatter/bytes        reduce_scatter<RowSharded>(Z[Partial]) (ring)
+//   BM_thread_all_reduce/bytes              ThreadComm, 2 thread ranks in process 0 (process 1
+//                                           idles without spinning), same buffer size
+#include <benchmark/benchmark.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <shardalg/mpi.hpp>
+#include <thread>
+
+using namespace shardalg;
+using M = CpuBackend::matrix<float>;
+
+namespace {
+
+int world_rank = 0, world_size = 1;
+
+// Time `op` between barriers; report the slowest rank's time.
+template <class Op>
+void timed(benchmark::State& st, Op&& op) {
+  for (auto _ : st) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = std::chrono::steady_clock::now();
+    op();
+    const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double worst = 0;
+    MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    st.SetIterationTime(worst);
+  }
+  st.SetBytesProcessed(st.iterations() * st.range(0));
+}
+
+Index rows_for(std::int64_t bytes) { return static_cast<Index>(bytes / sizeof(float) / 256); }  // 256 columns
+
+void BM_raw_MPI_Allreduce(benchmark::State& st) {
+  std::vector<float> buf(static_cast<std::size_t>(st.range(0)) / sizeof(float), 1.0f);
+  timed(st, [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });
+}
+
+void BM_shardalg_all_reduce(benchmark::State& st) {
+  Group g = MpiComm(MPI_COMM_WORLD);
+  const Index r = rows_for(st.range(0));
+  Sharded<float, Partial> z(M::Constant(r, 256, 1.0f), r, 256, g);
+  timed(st, [&] {
+    auto y = all_reduce(std::move(z));                                   // in place on z's block
+    z = Sharded<float, Partial>(std::move(y).local(), r, 256, g);        // reuse it next time
+  });
+}
+
+void BM_raw_MPI_Reduce_scatter_block(benchmark::State& st) {
+  const std::size_t n = static_cast<std::size_t>(st.range(0)) / sizeof(float);
+  std::vector<float> in(n, 1.0f), out(n / world_size);
+  timed(st, [&] {
+    MPI_Reduce_scatter_block(in.data(), out.data(), static_cast<int>(out.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  });
+}
+
+void BM_shardalg_reduce_scatter(benchmark::State& st) {
+  Group g = MpiComm(MPI_COMM_WORLD);
+  const Index r = rows_for(st.range(0));
+  const Sharded<float, Partial> z(M::Constant(r, 256, 1.0f), r, 256, g);
+  timed(st, [&] {
+    auto y = reduce_scatter<RowSharded>(z);
+    benchmark::DoNotOptimize(y.local().data());
+  });
+}
+
+// ThreadComm: two thread ranks inside process 0. Rank 1 runs as many all-reduces as the
+// benchmark loop will (state.max_iterations), so the two stay in step.
+void BM_thread_all_reduce(benchmark::State& st) {
+  const std::size_t n = static_cast<std::size_t>(st.range(0)) / sizeof(float);
+  const auto iters = st.max_iterations;
+  run_ranks(2, [&](ThreadComm& c) {
+    std::vector<float> buf(n, 1.0f);
+    if (c.rank() == 0) {
+      for (auto _ : st) c.all_reduce(buf.data(), n, DType::f32, ReduceOp::sum);
+    } else {
+      for (benchmark::IterationCount i = 0; i < iters; ++i) c.all_reduce(buf.data(), n, DType::f32, ReduceOp::sum);
+    }
+  });
+  st.SetBytesProcessed(st.iterations() * st.range(0));
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  for (std::int64_t bytes = 64 << 10; bytes <= 16 << 20; bytes *= 4) b->Arg(bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  set_local_threads(1);
+  benchmark::Initialize(&argc, argv);
+  // Fixed iteration counts keep both ranks in lockstep whatever the timings.
+  auto iters = [](benchmark::internal::Benchmark* b) { b->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond); };
+  iters(benchmark::RegisterBenchmark("BM_raw_MPI_Allreduce", BM_raw_MPI_Allreduce)->Apply(sizes));
+  iters(benchmark::RegisterBenchmark("BM_shardalg_all_reduce", BM_shardalg_all_reduce)->Apply(sizes));
+  iters(benchmark::RegisterBenchmark("BM_raw_MPI_Reduce_scatter_block", BM_raw_MPI_Reduce_scatter_block)->Apply(sizes));
+  iters(benchmark::RegisterBenchmark("BM_shardalg_reduce_scatter", BM_shardalg_reduce_scatter)->Apply(sizes));
+  if (world_rank == 0)
+    benchmark::RegisterBenchmark("BM_thread_all_reduce", BM_thread_all_reduce)
+        ->Apply(sizes)->Iterations(30)->Unit(benchmark::kMicrosecond)->UseRealTime();
+  if (world_rank == 0) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    benchmark::ConsoleReporter quiet;
+    quiet.SetOutputStream(new std::ostringstream);  // rank 1 runs the MPI benchmarks silently
+    quiet.SetErrorStream(new std::ostringstream);
+    benchmark::RunSpecifiedBenchmarks(&quiet);
+  }
+  // Rank 1 waits for rank 0's thread benchmarks without spinning on a core.
+  MPI_Request req;
+  MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  for (int done = 0; !done;) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  benchmark::Shutdown();
+  MPI_Finalize();
+}
