@@ -302,6 +302,19 @@ TEST_CASE("a wrong adjoint breaks the pairing law (the law can fail)") {
   CHECK(sum_lhs(res) != sum_rhs(res));
 }
 
+TEST_CASE_TEMPLATE("shard<Partial>: rank 0 holds the matrix, the others zero; the sum is exact", T, float, double,
+                   std::int32_t) {
+  for (int p : testing::world_sizes) {
+    const Mat<T> X = testing::random_int<T>(3, 5, 22);
+    auto res = testing::per_rank<double>(p, [&](Group g) {
+      auto x = shard<Partial>(X, g);
+      const bool zero_elsewhere = g.rank() == 0 ? x.local() == X : x.local().isZero();
+      return zero_elsewhere ? compare(x, X).max_abs : -1.0;
+    });
+    for (double e : res) CHECK(e == 0.0);
+  }
+}
+
 TEST_CASE("ledger scopes nest and select") {
   const int p = 2;
   auto res = on_ranks(p, [&](Group g, Ledger& ledger) {

@@ -27,7 +27,7 @@ auto shard(const Eigen::MatrixBase<Derived>& dense, Group g) {
   typename B::template matrix<T> local;
   if constexpr (L::kind == LayoutKind::row) local = dense.middleRows(r * lr, lr);
   else if constexpr (L::kind == LayoutKind::col) local = dense.middleCols(r * lc, lc);
-  else if constexpr (L::kind == LayoutKind::partial) local = r == 0 ? dense.eval() : decltype(dense.eval())::Zero(rows, cols);
+  else if constexpr (L::kind == LayoutKind::partial) local = r == 0 ? typename B::template matrix<T>(dense) : B::template zeros<T>(rows, cols);
   else local = dense;
   return Sharded<T, L, B>(std::move(local), rows, cols, std::move(g));
 }

@@ -4,9 +4,10 @@
 // map, hadamard, col_sum, the collectives) goes through the core, and the few row-wise or
 // index-keyed pieces below go through `Kernels<Backend>`. A backend supplies a specialisation
 // with these names; this file holds the CPU (Eigen) one. A CUDA backend provides, on device
-// blocks, the same ten functions:
+// blocks, the same functions:
 //
 //   generate(r, c, f)                      fill a block from f(local row, local col)   (init, load)
+//   place(dst, r0, c0, src)                copy a block into a sub-block               (GQA replica sync)
 //   row_mean_var(x, center)                two-pass row statistics of whole rows        (LayerNorm/RMSNorm on R, Row)
 //   row_power_sums(x)                      (Σx, Σx²) per row of a column block          (parallel LayerNorm, C)
 //   mean_var_from_sums(s, n, center)       the finished statistics after the all-reduce
@@ -54,6 +55,12 @@ struct Kernels<CpuBackend> {
     for (Index i = 0; i < r; ++i)
       for (Index j = 0; j < c; ++j) m(i, j) = f(i, j);
     return m;
+  }
+
+  /// dst[r0 : r0 + src.rows, c0 : c0 + src.cols] := src.
+  template <class T>
+  static void place(M<T>& dst, Index r0, Index c0, const M<T>& src) {
+    dst.block(r0, c0, src.rows(), src.cols()) = src;
   }
 
   // ---- normalisation: center = true is LayerNorm, false is RMSNorm --------------------------

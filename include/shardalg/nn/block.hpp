@@ -1,0 +1,179 @@
+// shardalg/nn/block.hpp — the pre-LN transformer block (no sequence parallelism):
+//
+//   X[R] → LN1 → A[R] → Attention → Z1[R] → dropout → + X → Y1[R]
+//   Y1[R] → LN2 → M[R] → MLP → Z2[R] → dropout → + Y1 → Y[R]
+//
+// LayerNorm, dropout and the residual adds run redundantly on every rank on replicated values;
+// only the two sub-layers communicate. Ledger, per block: forward 2 all_reduce of T·h (the g of
+// the attention projection and of fc2), backward 2 all_reduce of T·h (the f of the fused QKV and
+// of fc1), nothing else (with grouped-query attention whose groups are fewer than the ranks, the
+// backward adds the K/V replica sync, scope "kv_replica_sync").
+//
+// Backward: dY[R] → dropout → MLP (dX: Partial → all_reduce → R) → LN2 → + dY → dY1[R]
+//           dY1 → dropout → Attention (dX: Partial → all_reduce → R) → LN1 → + dY1 → dX[R]
+// The norm-weight gradients are R (the norms ran redundantly on replicated input), so every
+// parameter gradient goes to sgd_update as it is.
+#pragma once
+
+#include <optional>
+
+#include "shardalg/comm/ledger.hpp"
+#include "shardalg/nn/attention.hpp"
+#include "shardalg/nn/dropout.hpp"
+#include "shardalg/nn/mlp.hpp"
+#include "shardalg/nn/norm.hpp"
+
+namespace shardalg::nn {
+
+struct BlockConfig {
+  Index hidden = 0;
+  Index heads = 0;
+  Index groups = 0;  // 0: heads
+  Index seq = 0;
+  Index ffn = 0;
+  Activation act = Activation::gelu_tanh;
+  NormKind norm = NormKind::layer;
+  bool bias = true;
+  double eps = 1e-5;
+  double dropout = 0.0;  // hidden dropout after each sub-layer, before the residual add
+  std::uint64_t dropout_seed = 0;
+  std::uint32_t layer = 0;  // keys the dropout masks (and, through InitConfig, the weights)
+
+  [[nodiscard]] AttentionConfig attention() const { return {hidden, heads, groups, seq, bias}; }
+  [[nodiscard]] MlpConfig mlp() const { return {hidden, ffn, act, bias}; }
+};
+
+namespace detail {
+/// A ledger scope when the group records one.
+inline std::optional<Ledger::Scope> maybe_scope(const Group& g, const char* label) {
+  std::optional<Ledger::Scope> s;
+  if (auto* l = g.ledger()) s.emplace(l->scope(label));
+  return s;
+}
+}  // namespace detail
+
+/// Dense masters for TransformerBlock::from_dense.
+template <class M>
+struct BlockMasters {
+  const M *ln1_gamma, *ln1_beta;
+  AttentionMasters<M> attn;
+  const M *ln2_gamma, *ln2_beta;
+  MlpMasters<M> mlp;
+};
+
+template <Element T, class B = CpuBackend>
+class TransformerBlock {
+ public:
+  using Norm = LayerNorm<T, B>;
+  using Attn = Attention<T, B>;
+  using MlpT = Mlp<T, B>;
+  using Input = Sharded<T, Replicated, B>;
+
+  struct Cache {
+    typename Norm::template Cache<Replicated> ln1;
+    typename Attn::Cache attn;
+    typename Norm::template Cache<Replicated> ln2;
+    typename MlpT::Cache mlp;
+  };
+  struct Forward {
+    Input y;
+    Cache cache;
+  };
+  struct ParamGrads {
+    typename Norm::template ParamGrads<Replicated> ln1;
+    typename Attn::ParamGrads attn;
+    typename Norm::template ParamGrads<Replicated> ln2;
+    typename MlpT::ParamGrads mlp;
+  };
+  struct Grads {
+    Input dx;
+    ParamGrads params;
+  };
+
+  static void check(const BlockConfig& c, int p) {
+    Attn::check(c.attention(), p);
+    MlpT::check(c.mlp(), p);
+  }
+
+  /// Megatron init: normal(0, std), residual output projections std/√(2L), zero biases, γ = 1.
+  static TransformerBlock init(const BlockConfig& c, const Group& g, InitConfig ic) {
+    check(c, g.size());
+    ic.layer = c.layer;
+    return TransformerBlock(c, Norm::init(c.hidden, c.norm, g, T(c.eps)), Attn::init(c.attention(), g, ic),
+                            Norm::init(c.hidden, c.norm, g, T(c.eps)), MlpT::init(c.mlp(), g, ic));
+  }
+
+  template <class M>
+  static TransformerBlock from_dense(const BlockConfig& c, const BlockMasters<M>& m, const Group& g) {
+    check(c, g.size());
+    return TransformerBlock(c, Norm::from_dense(*m.ln1_gamma, m.ln1_beta, c.norm, g, T(c.eps)),
+                            Attn::from_dense(c.attention(), m.attn, g),
+                            Norm::from_dense(*m.ln2_gamma, m.ln2_beta, c.norm, g, T(c.eps)),
+                            MlpT::from_dense(c.mlp(), m.mlp, g));
+  }
+
+  TransformerBlock(const BlockConfig& c, Norm ln1, Attn attn, Norm ln2, MlpT mlp)
+      : cfg_(c),
+        ln1_(std::move(ln1)),
+        attn_(std::move(attn)),
+        ln2_(std::move(ln2)),
+        mlp_(std::move(mlp)),
+        drop_attn_(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_attn)),
+        drop_mlp_(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_mlp)) {}
+
+  [[nodiscard]] const BlockConfig& config() const { return cfg_; }
+  [[nodiscard]] const Norm& ln1() const { return ln1_; }
+  [[nodiscard]] const Attn& attention() const { return attn_; }
+  [[nodiscard]] const Norm& ln2() const { return ln2_; }
+  [[nodiscard]] const MlpT& mlp() const { return mlp_; }
+
+  Forward forward(const Input& x) const {
+    auto l1 = ln1_.forward(x);
+    auto a = [&] {
+      auto s = detail::maybe_scope(x.group(), "attn");
+      return attn_.forward(l1.y);
+    }();
+    Input y1 = x + drop_attn_.forward(a.z);
+    auto l2 = ln2_.forward(y1);
+    auto m = [&] {
+      auto s = detail::maybe_scope(x.group(), "mlp");
+      return mlp_.forward(l2.y);
+    }();
+    Input y = y1 + drop_mlp_.forward(m.z);
+    return {std::move(y), Cache{std::move(l1.cache), std::move(a.cache), std::move(l2.cache), std::move(m.cache)}};
+  }
+
+  Grads backward(const Cache& c, const Input& dy) const {
+    auto gm = [&] {
+      auto s = detail::maybe_scope(dy.group(), "mlp");
+      return mlp_.backward(c.mlp, drop_mlp_.backward(dy));
+    }();
+    auto gl2 = ln2_.backward(c.ln2, gm.dx);
+    Input dy1 = dy + gl2.dx;
+    auto ga = [&] {
+      auto s = detail::maybe_scope(dy.group(), "attn");
+      return attn_.backward(c.attn, drop_attn_.backward(dy1));
+    }();
+    auto gl1 = ln1_.backward(c.ln1, ga.dx);
+    Input dx = dy1 + gl1.dx;
+    return {std::move(dx),
+            {std::move(gl1.params), std::move(ga.params), std::move(gl2.params), std::move(gm.params)}};
+  }
+
+  void sgd(const ParamGrads& g, T lr) {
+    ln1_.sgd(g.ln1, lr);
+    attn_.sgd(g.attn, lr);
+    ln2_.sgd(g.ln2, lr);
+    mlp_.sgd(g.mlp, lr);
+  }
+
+ private:
+  BlockConfig cfg_;
+  Norm ln1_;
+  Attn attn_;
+  Norm ln2_;
+  MlpT mlp_;
+  Dropout drop_attn_, drop_mlp_;
+};
+
+}  // namespace shardalg::nn

@@ -1,0 +1,259 @@
+// shardalg/nn/linear.hpp — Megatron's two tensor-parallel linear layers (weights are [in, out],
+// Y = X · W + b), with f and g at the boundaries.
+//
+// ColumnParallelLinear (W split by output columns, bias split with it):
+//   forward   f: X[R] → X[R];  X[R] · W[C] → Y[C];  Y[C] + b[C] → Y[C]      (no communication)
+//             optional gather: all_gather Y[C] → Y[R]
+//   backward  dX = dY[C] · Wᵀ[Row] → dX[Partial];  f's adjoint: all_reduce → dX[R]
+//             dW = Xᵀ[R] · dY[C] → dW[C];  db = col_sum(dY[C]) → db[C]     (local)
+//
+// RowParallelLinear (W split by input rows, bias replicated, added once after the reduction):
+//   forward   H[C] · W[Row] → Z[Partial];  g: all_reduce → Z[R];  Z[R] + b[R] → Z[R]
+//             (input not yet parallel: split X[R] → X[C] first, free)
+//   backward  g's adjoint: identity, dZ[R];  dH = dZ[R] · Wᵀ[C] → dH[C]
+//             dW = Hᵀ[Row] · dZ[R] → dW[Row];  db = col_sum(dZ[R]) → db[R]  (local)
+//             (split input: split's adjoint all_gather dH[C] → dX[R])
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "shardalg/collective/all_gather.hpp"
+#include "shardalg/collective/conjugates.hpp"
+#include "shardalg/collective/split.hpp"
+#include "shardalg/core/elementwise.hpp"
+#include "shardalg/core/matmul.hpp"
+#include "shardalg/nn/init.hpp"
+#include "shardalg/nn/optim.hpp"
+
+namespace shardalg::nn {
+
+namespace detail {
+using shardalg::detail::cat;
+
+inline void require_divisible(std::string_view layer, std::string_view what, Index n, int p) {
+  if (n % p != 0)
+    throw DivisibilityError(cat(layer, ": ", what, " ", n, " is not divisible by tensor-parallel size ", p));
+}
+inline void require_cols(std::string_view layer, Index got, Index want) {
+  if (got != want) throw ShapeError(cat(layer, ": input has ", got, " columns, expected ", want));
+}
+/// Column map of an unfused weight.
+struct IdentityMap {
+  LogicalCol operator()(Index c) const { return {0, c}; }
+};
+}  // namespace detail
+
+template <Element T, class B = CpuBackend>
+class ColumnParallelLinear {
+ public:
+  using Weight = Sharded<T, ColSharded, B>;  // [in, out]
+  using Bias = Sharded<T, ColSharded, B>;    // [1, out]
+  using Input = Sharded<T, Replicated, B>;
+  using Output = Sharded<T, ColSharded, B>;
+
+  struct Cache {
+    Input x;
+  };
+  struct Forward {
+    Output y;
+    Cache cache;
+  };
+  struct GatheredForward {
+    Sharded<T, Replicated, B> y;
+    Cache cache;
+  };
+  struct ParamGrads {
+    Weight dw;
+    std::optional<Bias> db;
+  };
+  /// dX before f's all-reduce: each rank's summand. Sum several of these (when X fed several
+  /// column-parallel layers) and reduce once.
+  struct PartialGrads {
+    Sharded<T, Partial, B> dx;
+    ParamGrads params;
+  };
+  struct Grads {
+    Sharded<T, Replicated, B> dx;
+    ParamGrads params;
+  };
+
+  ColumnParallelLinear(Weight w, std::optional<Bias> b, std::string name = "ColumnParallelLinear")
+      : w_(std::move(w)), b_(std::move(b)), name_(std::move(name)) {
+    if (b_ && (b_->rows() != 1 || b_->cols() != w_.cols()))
+      throw ShapeError(detail::cat(name_, ": bias is ", b_->rows(), "x", b_->cols(), ", expected 1x", w_.cols()));
+  }
+
+  /// Weight element (i, j) := wf(i, j), bias element j := bf(j), at global (physical) indices.
+  template <class WF, class BF>
+  static ColumnParallelLinear make(Index in, Index out, bool bias, const Group& g, WF wf, BF bf,
+                                   std::string name = "ColumnParallelLinear") {
+    detail::require_divisible(name, "output size", out, g.size());
+    auto w = from_global<T, ColSharded, B>(in, out, g, wf);
+    std::optional<Bias> b;
+    if (bias) b = from_global<T, ColSharded, B>(1, out, g, [&](Index, Index j) { return bf(j); });
+    return ColumnParallelLinear(std::move(w), std::move(b), std::move(name));
+  }
+  /// normal(0, std) weights keyed by (seed, tensor, row, col); zero bias.
+  static ColumnParallelLinear init(Index in, Index out, bool bias, const Group& g, NormalInit init,
+                                   std::uint64_t tensor) {
+    return make(in, out, bias, g, [&](Index i, Index j) { return init(tensor, i, j); }, [](Index) { return 0.0; });
+  }
+  /// Shard dense masters W[in, out] and b[1, out] (b may be null).
+  template <class M>
+  static ColumnParallelLinear from_dense(const M& w, const M* b, const Group& g) {
+    return make(w.rows(), w.cols(), b != nullptr, g, [&](Index i, Index j) { return w(i, j); },
+                [&](Index j) { return (*b)(0, j); });
+  }
+
+  [[nodiscard]] Index in_features() const { return w_.rows(); }
+  [[nodiscard]] Index out_features() const { return w_.cols(); }
+  [[nodiscard]] const Weight& weight() const { return w_; }
+  [[nodiscard]] const std::optional<Bias>& bias() const { return b_; }
+  Weight& weight() { return w_; }
+  std::optional<Bias>& bias() { return b_; }
+
+  /// X[R] → Y[C].
+  Forward forward(const Input& x) const {
+    detail::require_cols(name_, x.cols(), w_.rows());
+    Input xf = copy_to(x);  // f: identity forward
+    Output y = matmul(xf, w_);
+    if (b_) y = add_bias(y, *b_);
+    return {std::move(y), Cache{x}};
+  }
+  /// X[R] → Y[R] (gather_output): all_gather after the local product.
+  GatheredForward forward_gathered(const Input& x) const {
+    auto f = forward(x);
+    return {all_gather(f.y), std::move(f.cache)};
+  }
+
+  /// dY[C] → dX[Partial] and the parameter gradients; no communication.
+  PartialGrads backward_partial(const Cache& c, const Output& dy) const {
+    Sharded<T, Partial, B> dx = matmul(dy, transpose(w_));  // dY[C] · Wᵀ[Row] → Partial
+    Weight dw = matmul(transpose(c.x), dy);                  // Xᵀ[R] · dY[C] → C
+    std::optional<Bias> db;
+    if (b_) db = col_sum(dy);  // C → C
+    return {std::move(dx), {std::move(dw), std::move(db)}};
+  }
+  /// dY[C] → dX[R]: f's adjoint all-reduces the Partial input gradient.
+  Grads backward(const Cache& c, const Output& dy) const {
+    auto g = backward_partial(c, dy);
+    return {adjoint::copy_to(std::move(g.dx)), std::move(g.params)};
+  }
+  /// Backward of forward_gathered: all_gather's adjoint on an R cotangent is split (free).
+  Grads backward_gathered(const Cache& c, const Sharded<T, Replicated, B>& dy) const {
+    return backward(c, adjoint::all_gather<ColSharded>(dy));
+  }
+
+  void sgd(const ParamGrads& g, T lr) {
+    sgd_update(w_, g.dw, lr);
+    if (b_) sgd_update(*b_, *g.db, lr);
+  }
+
+ private:
+  Weight w_;
+  std::optional<Bias> b_;
+  std::string name_;
+};
+
+template <Element T, class B = CpuBackend>
+class RowParallelLinear {
+ public:
+  using Weight = Sharded<T, RowSharded, B>;  // [in, out]
+  using Bias = Sharded<T, Replicated, B>;    // [1, out]
+  using Input = Sharded<T, ColSharded, B>;
+  using Output = Sharded<T, Replicated, B>;
+
+  struct Cache {
+    Input h;
+  };
+  struct Forward {
+    Output z;
+    Cache cache;
+  };
+  struct ParamGrads {
+    Weight dw;
+    std::optional<Bias> db;
+  };
+  struct Grads {
+    Input dh;  // dH[C]
+    ParamGrads params;
+  };
+  struct SplitGrads {
+    Sharded<T, Replicated, B> dx;  // after split's adjoint (all_gather)
+    ParamGrads params;
+  };
+
+  RowParallelLinear(Weight w, std::optional<Bias> b, std::string name = "RowParallelLinear")
+      : w_(std::move(w)), b_(std::move(b)), name_(std::move(name)) {
+    if (b_ && (b_->rows() != 1 || b_->cols() != w_.cols()))
+      throw ShapeError(detail::cat(name_, ": bias is ", b_->rows(), "x", b_->cols(), ", expected 1x", w_.cols()));
+  }
+
+  template <class WF, class BF>
+  static RowParallelLinear make(Index in, Index out, bool bias, const Group& g, WF wf, BF bf,
+                                std::string name = "RowParallelLinear") {
+    detail::require_divisible(name, "input size", in, g.size());
+    auto w = from_global<T, RowSharded, B>(in, out, g, wf);
+    std::optional<Bias> b;
+    if (bias) b = from_global<T, Replicated, B>(1, out, g, [&](Index, Index j) { return bf(j); });
+    return RowParallelLinear(std::move(w), std::move(b), std::move(name));
+  }
+  static RowParallelLinear init(Index in, Index out, bool bias, const Group& g, NormalInit init,
+                                std::uint64_t tensor) {
+    return make(in, out, bias, g, [&](Index i, Index j) { return init(tensor, i, j); }, [](Index) { return 0.0; });
+  }
+  template <class M>
+  static RowParallelLinear from_dense(const M& w, const M* b, const Group& g) {
+    return make(w.rows(), w.cols(), b != nullptr, g, [&](Index i, Index j) { return w(i, j); },
+                [&](Index j) { return (*b)(0, j); });
+  }
+
+  [[nodiscard]] Index in_features() const { return w_.rows(); }
+  [[nodiscard]] Index out_features() const { return w_.cols(); }
+  [[nodiscard]] const Weight& weight() const { return w_; }
+  [[nodiscard]] const std::optional<Bias>& bias() const { return b_; }
+  Weight& weight() { return w_; }
+  std::optional<Bias>& bias() { return b_; }
+
+  /// H[C] → Z[R]: local product (Partial), g's all-reduce, then the bias once.
+  Forward forward(const Input& h) const {
+    detail::require_cols(name_, h.cols(), w_.rows());
+    Sharded<T, Partial, B> zp = matmul(h, w_);  // H[C] · W[Row] → Partial
+    Output z = reduce_from(std::move(zp));      // g
+    if (b_) z = add_bias(z, *b_);
+    return {std::move(z), Cache{h}};
+  }
+  /// X[R] → Z[R] (input_is_parallel = false): split is a free local slice.
+  Forward forward_split(const Sharded<T, Replicated, B>& x) const {
+    detail::require_cols(name_, x.cols(), w_.rows());
+    return forward(split<ColSharded>(x));
+  }
+
+  Grads backward(const Cache& c, const Output& dz) const {
+    Output dzr = adjoint::reduce_from(dz);                  // g's adjoint: identity
+    Input dh = matmul(dzr, transpose(w_));                   // dZ[R] · Wᵀ[C] → C
+    Weight dw = matmul(transpose(c.h), dzr);                 // Hᵀ[Row] · dZ[R] → Row
+    std::optional<Bias> db;
+    if (b_) db = col_sum(dzr);  // R → R: every rank holds the whole gradient
+    return {std::move(dh), {std::move(dw), std::move(db)}};
+  }
+  SplitGrads backward_split(const Cache& c, const Output& dz) const {
+    auto g = backward(c, dz);
+    return {adjoint::split(g.dh), std::move(g.params)};
+  }
+
+  void sgd(const ParamGrads& g, T lr) {
+    sgd_update(w_, g.dw, lr);
+    if (b_) sgd_update(*b_, *g.db, lr);
+  }
+
+ private:
+  Weight w_;
+  std::optional<Bias> b_;
+  std::string name_;
+};
+
+}  // namespace shardalg::nn

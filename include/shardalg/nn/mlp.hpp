@@ -1,0 +1,177 @@
+// shardalg/nn/mlp.hpp — the Megatron MLP: column-parallel fc1, activation, row-parallel fc2.
+//
+//   forward   f: X[R];  X[R] · W1[C] + b1[C] → H[C];  act(H)[C] → A[C]   (GeLU: map; SwiGLU: local
+//             silu(gate) ⊙ up on each rank's [gate_r | up_r] block)
+//             A[C] · W2[Row] → Z[Partial];  g: all_reduce → Z[R];  + b2[R]
+//   backward  dZ[R];  dA = dZ[R] · W2ᵀ[C] → dA[C];  dW2 = Aᵀ[Row] · dZ[R] → dW2[Row];  db2 → R
+//             dH = dA ⊙ act'(H) → dH[C] (SwiGLU: the local adjoint of the gated product)
+//             dX = dH[C] · W1ᵀ[Row] → Partial;  f's adjoint: all_reduce → dX[R]
+//             dW1 = Xᵀ[R] · dH[C] → C;  db1 → C
+//   communication: one all_reduce of T·h forward (g), one backward (f).
+//
+// SwiGLU's fc1 is one column-parallel weight [h, 2F] whose physical column blocks interleave the
+// logical gate and up projections (Megatron's stride-2 layout): rank r holds [gate_r | up_r], so the
+// gated product is local. `swiglu_fc1_map` is the physical → logical column map.
+#pragma once
+
+#include "shardalg/core/elementwise.hpp"
+#include "shardalg/nn/activation.hpp"
+#include "shardalg/nn/kernels.hpp"
+#include "shardalg/nn/linear.hpp"
+
+namespace shardalg::nn {
+
+struct MlpConfig {
+  Index hidden = 0;
+  Index ffn = 0;
+  Activation act = Activation::gelu_tanh;
+  bool bias = true;
+};
+
+/// SwiGLU fc1 [h, 2F] on p ranks: physical column c → (0: gate | 1: up, logical column).
+struct SwigluFc1Map {
+  Index ffn;
+  int p;
+  LogicalCol operator()(Index c) const {
+    const Index half = ffn / p, r = c / (2 * half), o = c % (2 * half);
+    return o < half ? LogicalCol{0, r * half + o} : LogicalCol{1, r * half + o - half};
+  }
+};
+
+/// Dense masters for Mlp::from_dense (logical layout; bias pointers null when cfg.bias is false).
+template <class M>
+struct MlpMasters {
+  const M* w1;  // [h, F]: fc1, or SwiGLU's gate
+  const M* b1;
+  const M* w_up;  // [h, F]: SwiGLU's up (else null)
+  const M* b_up;
+  const M* w2;  // [F, h]
+  const M* b2;
+};
+
+template <Element T, class B = CpuBackend>
+class Mlp {
+ public:
+  using Fc1 = ColumnParallelLinear<T, B>;
+  using Fc2 = RowParallelLinear<T, B>;
+  using Input = Sharded<T, Replicated, B>;
+
+  struct Cache {
+    typename Fc1::Cache fc1;
+    Sharded<T, ColSharded, B> h;  // pre-activation
+    typename Fc2::Cache fc2;
+  };
+  struct Forward {
+    Input z;
+    Cache cache;
+  };
+  struct ParamGrads {
+    typename Fc1::ParamGrads fc1;
+    typename Fc2::ParamGrads fc2;
+  };
+  struct Grads {
+    Input dx;
+    ParamGrads params;
+  };
+
+  static void check(const MlpConfig& cfg, int p) {
+    detail::require_divisible("Mlp", "ffn size", cfg.ffn, p);
+  }
+
+  /// Megatron init: fc1 (and up) normal(0, std), fc2 normal(0, std/√(2L)), zero biases.
+  static Mlp init(const MlpConfig& cfg, const Group& g, const InitConfig& ic) {
+    check(cfg, g.size());
+    const auto n = ic.normal();
+    const auto n_out = ic.scaled_output();
+    const std::uint64_t id1 = ic.id(TensorKind::mlp_fc1), id_up = ic.id(TensorKind::mlp_up);
+    const int p = g.size();
+    auto zero = [](Index) { return 0.0; };
+    auto fc1 = cfg.act == Activation::swiglu
+                   ? Fc1::make(cfg.hidden, 2 * cfg.ffn, cfg.bias, g,
+                               [&](Index i, Index j) {
+                                 const auto lc = SwigluFc1Map{cfg.ffn, p}(j);
+                                 return n(lc.part == 0 ? id1 : id_up, i, lc.col);
+                               },
+                               zero, "Mlp.fc1")
+                   : Fc1::make(cfg.hidden, cfg.ffn, cfg.bias, g, [&](Index i, Index j) { return n(id1, i, j); },
+                               zero, "Mlp.fc1");
+    auto fc2 = Fc2::make(cfg.ffn, cfg.hidden, cfg.bias, g,
+                         [&](Index i, Index j) { return n_out(ic.id(TensorKind::mlp_fc2), i, j); }, zero, "Mlp.fc2");
+    return Mlp(cfg, std::move(fc1), std::move(fc2));
+  }
+
+  /// Shard dense logical masters (interleaving SwiGLU's gate and up).
+  template <class M>
+  static Mlp from_dense(const MlpConfig& cfg, const MlpMasters<M>& m, const Group& g) {
+    check(cfg, g.size());
+    const int p = g.size();
+    const bool glu = cfg.act == Activation::swiglu;
+    const SwigluFc1Map map{cfg.ffn, p};
+    auto fc1 = Fc1::make(
+        cfg.hidden, glu ? 2 * cfg.ffn : cfg.ffn, cfg.bias, g,
+        [&](Index i, Index j) {
+          const auto lc = glu ? map(j) : LogicalCol{0, j};
+          return (lc.part == 0 ? *m.w1 : *m.w_up)(i, lc.col);
+        },
+        [&](Index j) {
+          const auto lc = glu ? map(j) : LogicalCol{0, j};
+          return (lc.part == 0 ? *m.b1 : *m.b_up)(0, lc.col);
+        },
+        "Mlp.fc1");
+    auto fc2 = Fc2::make(cfg.ffn, cfg.hidden, cfg.bias, g, [&](Index i, Index j) { return (*m.w2)(i, j); },
+                         [&](Index j) { return (*m.b2)(0, j); }, "Mlp.fc2");
+    return Mlp(cfg, std::move(fc1), std::move(fc2));
+  }
+
+  Mlp(const MlpConfig& cfg, Fc1 fc1, Fc2 fc2) : cfg_(cfg), fc1_(std::move(fc1)), fc2_(std::move(fc2)) {}
+
+  [[nodiscard]] const MlpConfig& config() const { return cfg_; }
+  [[nodiscard]] const Fc1& fc1() const { return fc1_; }
+  [[nodiscard]] const Fc2& fc2() const { return fc2_; }
+  Fc1& fc1() { return fc1_; }
+  Fc2& fc2() { return fc2_; }
+
+  Forward forward(const Input& x) const {
+    detail::require_cols("Mlp", x.cols(), cfg_.hidden);
+    auto f1 = fc1_.forward(x);  // f inside: X[R] · W1[C] → H[C]
+    Sharded<T, ColSharded, B> a = activate(f1.y);
+    auto f2 = fc2_.forward(a);  // A[C] · W2[Row] → Partial; g → R; + b2
+    return {std::move(f2.z), Cache{std::move(f1.cache), std::move(f1.y), std::move(f2.cache)}};
+  }
+
+  Grads backward(const Cache& c, const Input& dz) const {
+    auto g2 = fc2_.backward(c.fc2, dz);  // dA[C], dW2[Row], db2[R]
+    Sharded<T, ColSharded, B> dh = activate_grad(c.h, g2.dh);
+    auto g1 = fc1_.backward(c.fc1, dh);  // dX: Partial → all_reduce (f) → R
+    return {std::move(g1.dx), {std::move(g1.params), std::move(g2.params)}};
+  }
+
+  void sgd(const ParamGrads& g, T lr) {
+    fc1_.sgd(g.fc1, lr);
+    fc2_.sgd(g.fc2, lr);
+  }
+
+ private:
+  Sharded<T, ColSharded, B> activate(const Sharded<T, ColSharded, B>& h) const {
+    switch (cfg_.act) {
+      case Activation::gelu_tanh: return map(h, GeluTanh{});
+      case Activation::gelu_erf: return map(h, GeluErf{});
+      case Activation::swiglu: break;
+    }
+    return Sharded<T, ColSharded, B>(Kernels<B>::swiglu(h.local()), h.rows(), cfg_.ffn, h.group());
+  }
+  Sharded<T, ColSharded, B> activate_grad(const Sharded<T, ColSharded, B>& h, const Sharded<T, ColSharded, B>& da) const {
+    switch (cfg_.act) {
+      case Activation::gelu_tanh: return hadamard(da, map(h, GeluTanhGrad{}));
+      case Activation::gelu_erf: return hadamard(da, map(h, GeluErfGrad{}));
+      case Activation::swiglu: break;
+    }
+    return Sharded<T, ColSharded, B>(Kernels<B>::swiglu_grad(h.local(), da.local()), h.rows(), h.cols(), h.group());
+  }
+
+  MlpConfig cfg_;
+  Fc1 fc1_;
+  Fc2 fc2_;
+};
+
+}  // namespace shardalg::nn

@@ -1,0 +1,218 @@
+// shardalg/nn/norm.hpp — LayerNorm and RMSNorm over the hidden dimension (each row is a token).
+//
+// LayerNorm (local: every rank holds whole rows, X[R] or X[Row]; γ, β [1, h] R)
+//   forward   (μ, σ²) per row, two passes;  x̂ = (x − μ)/√(σ² + ε);  Y = x̂ ⊙ γ + β   → Y[L]
+//   backward  g = dY ⊙ γ;  dX = (g − mean(g) − x̂·mean(g ⊙ x̂))/√(σ² + ε)         → dX[L]
+//             dγ = col_sum(dY ⊙ x̂), dβ = col_sum(dY):  R → R (the whole gradient on every
+//             rank), Row → Partial (each rank summed its tokens: all_reduce before the update —
+//             sgd_update refuses it otherwise, E130)
+//
+// ParallelLayerNorm (X[C]: each rank holds a block of every row's features; γ, β [1, h] C)
+//   forward   (Σx, Σx²) of the local block → [T, 2] Partial;  all_reduce → R;  μ, σ² → local x̂
+//   backward  (Σg, Σg·x̂) of the local block → [T, 2] Partial;  all_reduce → R;  local dX[C]
+//             dγ, dβ = col_sum(… [C]) → C (local)
+//   communication: one all_reduce of 2·T forward and one backward.
+//
+// RMSNorm is the same with center = false: no mean, no β; x̂ = x/√(mean(x²) + ε).
+#pragma once
+
+#include <optional>
+#include <type_traits>
+
+#include "shardalg/collective/all_reduce.hpp"
+#include "shardalg/core/elementwise.hpp"
+#include "shardalg/nn/kernels.hpp"
+#include "shardalg/nn/linear.hpp"
+#include "shardalg/nn/optim.hpp"
+
+namespace shardalg::nn {
+
+enum class NormKind { layer, rms };
+
+inline constexpr std::string_view norm_name(NormKind k) { return k == NormKind::layer ? "LayerNorm" : "RMSNorm"; }
+
+/// LayerNorm / RMSNorm on whole rows: X[R] or X[Row].
+template <Element T, class B = CpuBackend>
+class LayerNorm {
+ public:
+  using Param = Sharded<T, Replicated, B>;  // [1, h]
+
+  template <class L>
+  struct Cache {
+    Sharded<T, L, B> xhat;
+    typename B::template matrix<T> rstd;  // [local rows, 1]
+  };
+  template <class L>
+  struct Forward {
+    Sharded<T, L, B> y;
+    Cache<L> cache;
+  };
+  /// The parameter gradients' layout is col_sum's: R for X[R], Partial for X[Row].
+  template <class L>
+  using GradLayout = layout_t<rules::col_sum(L::kind).result>;
+  template <class L>
+  struct ParamGrads {
+    Sharded<T, GradLayout<L>, B> dgamma;
+    std::optional<Sharded<T, GradLayout<L>, B>> dbeta;
+  };
+  template <class L>
+  struct Grads {
+    Sharded<T, L, B> dx;
+    ParamGrads<L> params;
+  };
+
+  LayerNorm(Param gamma, std::optional<Param> beta, NormKind kind, T eps)
+      : gamma_(std::move(gamma)), beta_(std::move(beta)), kind_(kind), eps_(eps) {
+    if (kind_ == NormKind::rms && beta_)
+      throw ShapeError("RMSNorm: has no bias (beta); pass std::nullopt");
+    if (kind_ == NormKind::layer && !beta_) throw ShapeError("LayerNorm: needs a bias (beta)");
+  }
+  /// γ = 1, β = 0.
+  static LayerNorm init(Index hidden, NormKind kind, const Group& g, T eps = T(1e-5)) {
+    auto gamma = from_global<T, Replicated, B>(1, hidden, g, [](Index, Index) { return 1.0; });
+    std::optional<Param> beta;
+    if (kind == NormKind::layer) beta = from_global<T, Replicated, B>(1, hidden, g, [](Index, Index) { return 0.0; });
+    return LayerNorm(std::move(gamma), std::move(beta), kind, eps);
+  }
+  template <class M>
+  static LayerNorm from_dense(const M& gamma, const M* beta, NormKind kind, const Group& g, T eps = T(1e-5)) {
+    auto gm = from_global<T, Replicated, B>(1, gamma.cols(), g, [&](Index, Index j) { return gamma(0, j); });
+    std::optional<Param> bt;
+    if (beta) bt = from_global<T, Replicated, B>(1, beta->cols(), g, [&](Index, Index j) { return (*beta)(0, j); });
+    return LayerNorm(std::move(gm), std::move(bt), kind, eps);
+  }
+
+  [[nodiscard]] Index hidden() const { return gamma_.cols(); }
+  [[nodiscard]] NormKind kind() const { return kind_; }
+  [[nodiscard]] const Param& gamma() const { return gamma_; }
+  [[nodiscard]] const std::optional<Param>& beta() const { return beta_; }
+  Param& gamma() { return gamma_; }
+  std::optional<Param>& beta() { return beta_; }
+
+  template <class L>
+  auto forward(const Sharded<T, L, B>& x) const {
+    constexpr auto rule = rules::rowwise(L::kind);
+    if constexpr (!rule.valid) {
+      return diagnose<rule.error>();  // C: use ParallelLayerNorm; Partial: reduce first
+    } else {
+      detail::require_cols(norm_name(kind_), x.cols(), hidden());
+      const bool center = kind_ == NormKind::layer;
+      const auto mv = Kernels<B>::row_mean_var(x.local(), center);
+      auto o = Kernels<B>::norm_apply(x.local(), mv, gamma_.local(), beta_ ? &beta_->local() : nullptr, eps_);
+      return Forward<L>{Sharded<T, L, B>(std::move(o.y), x.rows(), x.cols(), x.group()),
+                        Cache<L>{Sharded<T, L, B>(std::move(o.xhat), x.rows(), x.cols(), x.group()), std::move(o.rstd)}};
+    }
+  }
+
+  template <class L>
+  Grads<L> backward(const Cache<L>& c, const Sharded<T, L, B>& dy) const {
+    const bool center = kind_ == NormKind::layer;
+    const auto sums = Kernels<B>::norm_grad_sums(dy.local(), c.xhat.local(), gamma_.local());
+    auto dx = Kernels<B>::norm_grad_apply(dy.local(), c.xhat.local(), gamma_.local(), c.rstd, sums, hidden(), center);
+    ParamGrads<L> pg{col_sum(hadamard(dy, c.xhat)), std::nullopt};
+    if (beta_) pg.dbeta = col_sum(dy);
+    return {Sharded<T, L, B>(std::move(dx), dy.rows(), dy.cols(), dy.group()), std::move(pg)};
+  }
+
+  /// Needs replicated gradients: from X[Row] all_reduce them first (E130 otherwise).
+  template <class L>
+  void sgd(const ParamGrads<L>& g, T lr) {
+    sgd_update(gamma_, g.dgamma, lr);
+    if (beta_) sgd_update(*beta_, *g.dbeta, lr);
+  }
+
+ private:
+  Param gamma_;
+  std::optional<Param> beta_;
+  NormKind kind_;
+  T eps_;
+};
+
+/// LayerNorm / RMSNorm on column-sharded activations X[C]: partial statistics, one all-reduce
+/// of [T, 2] forward and one backward.
+template <Element T, class B = CpuBackend>
+class ParallelLayerNorm {
+ public:
+  using Param = Sharded<T, ColSharded, B>;  // [1, h]
+  using X = Sharded<T, ColSharded, B>;
+
+  struct Cache {
+    X xhat;
+    typename B::template matrix<T> rstd;
+  };
+  struct Forward {
+    X y;
+    Cache cache;
+  };
+  struct ParamGrads {
+    Param dgamma;
+    std::optional<Param> dbeta;
+  };
+  struct Grads {
+    X dx;
+    ParamGrads params;
+  };
+
+  ParallelLayerNorm(Param gamma, std::optional<Param> beta, NormKind kind, T eps)
+      : gamma_(std::move(gamma)), beta_(std::move(beta)), kind_(kind), eps_(eps) {
+    if (kind_ == NormKind::rms && beta_)
+      throw ShapeError("RMSNorm: has no bias (beta); pass std::nullopt");
+    if (kind_ == NormKind::layer && !beta_) throw ShapeError("LayerNorm: needs a bias (beta)");
+  }
+  static void check(Index hidden, int p) { detail::require_divisible("ParallelLayerNorm", "hidden size", hidden, p); }
+  static ParallelLayerNorm init(Index hidden, NormKind kind, const Group& g, T eps = T(1e-5)) {
+    check(hidden, g.size());
+    auto gamma = from_global<T, ColSharded, B>(1, hidden, g, [](Index, Index) { return 1.0; });
+    std::optional<Param> beta;
+    if (kind == NormKind::layer) beta = from_global<T, ColSharded, B>(1, hidden, g, [](Index, Index) { return 0.0; });
+    return ParallelLayerNorm(std::move(gamma), std::move(beta), kind, eps);
+  }
+  template <class M>
+  static ParallelLayerNorm from_dense(const M& gamma, const M* beta, NormKind kind, const Group& g, T eps = T(1e-5)) {
+    check(gamma.cols(), g.size());
+    auto gm = from_global<T, ColSharded, B>(1, gamma.cols(), g, [&](Index, Index j) { return gamma(0, j); });
+    std::optional<Param> bt;
+    if (beta) bt = from_global<T, ColSharded, B>(1, beta->cols(), g, [&](Index, Index j) { return (*beta)(0, j); });
+    return ParallelLayerNorm(std::move(gm), std::move(bt), kind, eps);
+  }
+
+  [[nodiscard]] Index hidden() const { return gamma_.cols(); }
+  [[nodiscard]] const Param& gamma() const { return gamma_; }
+  [[nodiscard]] const std::optional<Param>& beta() const { return beta_; }
+
+  Forward forward(const X& x) const {
+    detail::require_cols("ParallelLayerNorm", x.cols(), hidden());
+    const bool center = kind_ == NormKind::layer;
+    // (Σx, Σx²) of the local feature block: a summand of the row's sums.
+    Sharded<T, Partial, B> part(Kernels<B>::row_power_sums(x.local()), x.rows(), 2, x.group());
+    Sharded<T, Replicated, B> sums = all_reduce(std::move(part));  // 2·T elements
+    const auto mv = Kernels<B>::mean_var_from_sums(sums.local(), hidden(), center);
+    auto o = Kernels<B>::norm_apply(x.local(), mv, gamma_.local(), beta_ ? &beta_->local() : nullptr, eps_);
+    return {X(std::move(o.y), x.rows(), x.cols(), x.group()),
+            Cache{X(std::move(o.xhat), x.rows(), x.cols(), x.group()), std::move(o.rstd)}};
+  }
+
+  Grads backward(const Cache& c, const X& dy) const {
+    const bool center = kind_ == NormKind::layer;
+    Sharded<T, Partial, B> part(Kernels<B>::norm_grad_sums(dy.local(), c.xhat.local(), gamma_.local()), dy.rows(), 2,
+                                dy.group());
+    Sharded<T, Replicated, B> sums = all_reduce(std::move(part));  // 2·T elements
+    auto dx = Kernels<B>::norm_grad_apply(dy.local(), c.xhat.local(), gamma_.local(), c.rstd, sums.local(), hidden(), center);
+    ParamGrads pg{col_sum(hadamard(dy, c.xhat)), std::nullopt};  // C → C
+    if (beta_) pg.dbeta = col_sum(dy);
+    return {X(std::move(dx), dy.rows(), dy.cols(), dy.group()), std::move(pg)};
+  }
+
+  void sgd(const ParamGrads& g, T lr) {
+    sgd_update(gamma_, g.dgamma, lr);
+    if (beta_) sgd_update(*beta_, *g.dbeta, lr);
+  }
+
+ private:
+  Param gamma_;
+  std::optional<Param> beta_;
+  NormKind kind_;
+  T eps_;
+};
+
+}  // namespace shardalg::nn

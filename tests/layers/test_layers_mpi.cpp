@@ -1,0 +1,53 @@
+// tests/layers/test_layers_mpi.cpp — the same layer cases as test_layers.cpp, on MPI_COMM_WORLD
+// (run under mpirun -np 2 and -np 4): every layer's output and gradients against the dense
+// reference, float and double, and the ledger of one block.
+#include <mpi.h>
+
+#include <doctest/doctest.h>
+
+#include "cases.hpp"
+#include "shardalg/comm/mpi.hpp"
+
+namespace {
+using namespace lt;
+
+Group world() { return Group(MpiComm(MPI_COMM_WORLD)); }
+
+template <class T>
+void expect(const Checks& cs) {
+  CHECK(!cs.empty());
+  for (const auto& c : cs) CHECK_MESSAGE(c.err.within(tol<T>), c.name << " p=" << world().size() << ": " << c.err);
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("MPI: linear layers, MLP, norms and dropout equal the dense layers", T, float, double) {
+  const Group g = world();
+  expect<T>(case_linear<T>(g));
+  for (auto act : {nn::Activation::gelu_tanh, nn::Activation::gelu_erf, nn::Activation::swiglu})
+    expect<T>(case_mlp<T>(g, act));
+  for (auto kind : {nn::NormKind::layer, nn::NormKind::rms}) expect<T>(case_norm<T>(g, kind));
+  expect<T>(case_dropout<T>(g));
+}
+
+TEST_CASE_TEMPLATE("MPI: attention (MHA, GQA) and the transformer block equal the dense ones", T, float, double) {
+  const Group g = world();
+  for (Index groups : valid_groups(g.size())) {
+    CAPTURE(groups);
+    expect<T>(case_attention<T>(g, groups));
+  }
+  for (const auto& bc : block_cases(g.size())) expect<T>(case_block<T>(g, bc));
+}
+
+TEST_CASE("MPI: ledger of one block: 2 all-reduces of T·h forward, 2 backward, nothing else") {
+  const std::size_t th = kTokens * kHidden;
+  const auto s = ledger_case<double>(world(), {nn::NormKind::layer, nn::Activation::gelu_tanh, true, kHeads, 0.1});
+  CHECK(s.fwd_all_reduce == 2);
+  CHECK(s.fwd_total == 2);
+  CHECK(s.bwd_all_reduce == 2);
+  CHECK(s.bwd_total == 2);
+  CHECK(s.fwd_elements == std::vector<std::size_t>{th, th});
+  CHECK(s.bwd_elements == std::vector<std::size_t>{th, th});
+  CHECK(s.pln_fwd_elements == 2 * kTokens);
+  CHECK(s.pln_bwd_elements == 2 * kTokens);
+  CHECK(s.total == 6);
+}
