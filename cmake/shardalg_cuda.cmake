@@ -32,8 +32,10 @@ if(NOT SHARDALG_NCCL_INCLUDE_DIR OR NOT SHARDALG_NCCL_LIBRARY)
 endif()
 
 # sm_90 (H100/H200) unless the user chose; set before enable_language so CMake does not probe.
-if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-  set(CMAKE_CUDA_ARCHITECTURES 90)
+# A cache entry, not a plain variable, so that it also reaches a parent project when shardalg is
+# added with add_subdirectory (plain variables stay in this directory's scope).
+if(NOT CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES 90 CACHE STRING "CUDA architectures (shardalg default: sm_90)" FORCE)
 endif()
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
@@ -41,7 +43,13 @@ find_package(CUDAToolkit REQUIRED)
 add_library(shardalg_cuda INTERFACE)
 add_library(shardalg::cuda ALIAS shardalg_cuda)
 set_target_properties(shardalg_cuda PROPERTIES EXPORT_NAME cuda)
-target_compile_features(shardalg_cuda INTERFACE cuda_std_20)
+# C++20 in .cu files. CMake 3.25 does not know the standard flags of nvcc 13, so fall back to the
+# flag itself when the compile feature is unknown.
+if("cuda_std_20" IN_LIST CMAKE_CUDA_COMPILE_FEATURES)
+  target_compile_features(shardalg_cuda INTERFACE cuda_std_20)
+else()
+  target_compile_options(shardalg_cuda INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
+endif()
 # NCCL's include dir is usually the toolkit's own; add it anyway (harmless when equal). The library
 # is linked by its absolute path, installed package included (NCCL lives in the toolkit tree here).
 target_include_directories(shardalg_cuda SYSTEM INTERFACE $<BUILD_INTERFACE:${SHARDALG_NCCL_INCLUDE_DIR}>)

@@ -101,6 +101,16 @@ inline Context& current() {
 }
 inline cudaStream_t current_stream() { return current().stream(); }
 
+/// Whether p points to device memory (device or managed), as opposed to host memory.
+inline bool is_device_pointer(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 /// Install `ctx` as this thread's current context for the scope's lifetime (nests).
 class ContextScope {
  public:
