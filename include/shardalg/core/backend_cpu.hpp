@@ -7,6 +7,7 @@
 //   gemm(α, op(A), op(B), β, C)       C := α·op(A)·op(B) + β·C on strided row-major views
 //   copy_block(m, r0, c0, r, c)       a contiguous copy of a sub-block
 //   pack_col_blocks / unpack_col_blocks   column blocks ↔ contiguous stacked blocks
+//   to_host(m)                        the block as an Eigen matrix (for checks)
 //   map(x, f), zip(x, y, f)           elementwise, f a functor (a device functor for CUDA)
 //   col_sum(x), row_sum(x), add_row(x, b), softmax_rows(x)
 // The layout rules never touch a backend: they decide *which* local blocks meet; the backend
@@ -124,6 +125,12 @@ struct CpuBackend {
     matrix<T> out(r, p * w);
     for (int s = 0; s < p; ++s) out.middleCols(s * w, w) = stacked.middleRows(s * r, r);
     return out;
+  }
+
+  /// The block as a host (Eigen) matrix: the identity here; a device backend downloads.
+  template <class T>
+  static const matrix<T>& to_host(const matrix<T>& m) {
+    return m;
   }
 
   template <class T, class F>

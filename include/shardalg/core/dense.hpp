@@ -102,7 +102,7 @@ ErrorReport compare(const Eigen::MatrixBase<DA>& actual, const Eigen::MatrixBase
 /// Compare a sharded tensor with its dense reference (gathers first).
 template <class T, class L, class B, class DE>
 ErrorReport compare(const Sharded<T, L, B>& actual, const Eigen::MatrixBase<DE>& expected) {
-  return compare(to_dense(actual), expected);
+  return compare(B::to_host(to_dense(actual)), expected);
 }
 
 }  // namespace shardalg

@@ -11,15 +11,31 @@ namespace shardalg {
 
 enum class DType { f32, f64, i32, i64, bf16, f16 };
 
-template <class T> inline constexpr DType dtype_of = DType::f32;  // specialised below only
+namespace detail {
+template <class T>
+constexpr DType no_dtype() {
+  static_assert(sizeof(T) == 0, "shardalg: no DType for this element type; specialise shardalg::dtype_of");
+  return DType::f32;
+}
+}  // namespace detail
+
+/// The runtime tag of an element type. A backend that stores more types (the CUDA backend's
+/// bf16 and fp16) specialises this and `is_element_v`; any other type is a compile error.
+template <class T> inline constexpr DType dtype_of = detail::no_dtype<T>();
 template <> inline constexpr DType dtype_of<float> = DType::f32;
 template <> inline constexpr DType dtype_of<double> = DType::f64;
 template <> inline constexpr DType dtype_of<std::int32_t> = DType::i32;
 template <> inline constexpr DType dtype_of<std::int64_t> = DType::i64;
 
+/// The customisation point of `Element`: true for the types a Sharded tensor may hold.
+template <class T> inline constexpr bool is_element_v = false;
+template <> inline constexpr bool is_element_v<float> = true;
+template <> inline constexpr bool is_element_v<double> = true;
+template <> inline constexpr bool is_element_v<std::int32_t> = true;
+template <> inline constexpr bool is_element_v<std::int64_t> = true;
+
 template <class T>
-concept Element = std::same_as<T, float> || std::same_as<T, double> ||
-                  std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t>;
+concept Element = is_element_v<T>;
 
 constexpr std::size_t size_of(DType t) {
   switch (t) {

@@ -13,6 +13,7 @@
 
 #include <utility>
 
+#include "shardalg/core/functors.hpp"
 #include "shardalg/core/rules.hpp"
 #include "shardalg/core/sharded.hpp"
 
@@ -38,7 +39,7 @@ auto operator+(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
     return diagnose<rule.error>();
   } else {
     detail::check_same_shape(a, b, "add");
-    return detail::like<T, LA, B>(a, B::zip(a.local(), b.local(), [](T x, T y) { return x + y; }), a.rows(),
+    return detail::like<T, LA, B>(a, B::zip(a.local(), b.local(), fn::plus{}), a.rows(),
                                   a.cols());
   }
 }
@@ -50,7 +51,7 @@ auto operator-(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
     return diagnose<rule.error>();
   } else {
     detail::check_same_shape(a, b, "sub");
-    return detail::like<T, LA, B>(a, B::zip(a.local(), b.local(), [](T x, T y) { return x - y; }), a.rows(),
+    return detail::like<T, LA, B>(a, B::zip(a.local(), b.local(), fn::minus{}), a.rows(),
                                   a.cols());
   }
 }
@@ -58,7 +59,7 @@ auto operator-(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
 /// α · A: linear, so every layout, Partial included.
 template <class T, class L, class B>
 Sharded<T, L, B> operator*(T alpha, const Sharded<T, L, B>& a) {
-  return detail::like<T, L, B>(a, B::map(a.local(), [alpha](T x) { return alpha * x; }), a.rows(), a.cols());
+  return detail::like<T, L, B>(a, B::map(a.local(), fn::scale<T>{alpha}), a.rows(), a.cols());
 }
 template <class T, class L, class B>
 Sharded<T, L, B> operator*(const Sharded<T, L, B>& a, T alpha) {
@@ -85,7 +86,7 @@ auto hadamard(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
   } else {
     detail::check_same_shape(a, b, "hadamard");
     return detail::like<T, layout_t<rule.result>, B>(
-        a, B::zip(a.local(), b.local(), [](T x, T y) { return x * y; }), a.rows(), a.cols());
+        a, B::zip(a.local(), b.local(), fn::times{}), a.rows(), a.cols());
   }
 }
 

@@ -2,9 +2,8 @@
 // (float, double, int32, int64) plus bf16 and fp16 storage (CUDA's __nv_bfloat16 / __half),
 // which always compute and accumulate in fp32.
 //
-// The core's `Element` concept (core/dtype.hpp) does not admit 16-bit types yet, so a Sharded
-// tensor cannot hold bf16; DeviceMatrix, CudaBackend::gemm and the kernels can. See docs/cuda.md
-// ("core changes") for the one-line widening that would let Sharded<bf16, L, CudaBackend> exist.
+// The 16-bit types are registered with the core's customisation points (`is_element_v`,
+// `dtype_of`) below, so Sharded<bf16, L, CudaBackend> exists and its collectives carry DType::bf16.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,13 +32,21 @@ concept HalfElement = std::same_as<T, bf16> || std::same_as<T, f16>;
 
 /// What a CUDA matrix may hold.
 template <class T>
-concept CudaElement = Element<T> || HalfElement<T>;
+concept CudaElement = Element<T>;
 
-/// The runtime tag of an element type, 16-bit types included (core's dtype_of<T> defaults to
-/// f32 for unknown types, so it must not be used for bf16/f16).
+/// The runtime tag of an element type, 16-bit types included.
 template <class T> inline constexpr DType dtype_v = dtype_of<T>;
-template <> inline constexpr DType dtype_v<bf16> = DType::bf16;
-template <> inline constexpr DType dtype_v<f16> = DType::f16;
+
+}  // namespace shardalg::cuda
+
+namespace shardalg {
+template <> inline constexpr bool is_element_v<cuda::bf16> = true;
+template <> inline constexpr bool is_element_v<cuda::f16> = true;
+template <> inline constexpr DType dtype_of<cuda::bf16> = DType::bf16;
+template <> inline constexpr DType dtype_of<cuda::f16> = DType::f16;
+}  // namespace shardalg
+
+namespace shardalg::cuda {
 
 /// The type arithmetic on T runs in: float for the 16-bit types and float, else T itself.
 template <class T> struct compute { using type = T; };
