@@ -26,6 +26,10 @@ struct Error : std::runtime_error {
 struct ShapeError : Error {
   using Error::Error;
 };
+/// An index (a token id, a target class) outside the range it indexes.
+struct IndexError : ShapeError {
+  using ShapeError::ShapeError;
+};
 /// A dimension that must be split into equal blocks is not divisible by the group size.
 struct DivisibilityError : Error {
   using Error::Error;

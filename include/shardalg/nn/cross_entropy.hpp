@@ -233,7 +233,7 @@ class VocabParallelCrossEntropy {
                                              vocab_));
     for (const auto tg : targets)
       if (tg != opt_.ignore_index && (tg < 0 || tg >= vocab_))
-        throw ShapeError(shardalg::detail::cat(name_, ": target ", tg, " is out of range for vocabulary ", vocab_));
+        throw IndexError(shardalg::detail::cat(name_, ": target ", tg, " is out of range for vocabulary ", vocab_));
   }
 
   Index vocab_;

@@ -47,7 +47,7 @@ namespace shardalg::nn {
 
 /// Tensor kind of the word embedding for `tensor_id(layer, kind)` (the layer kinds in
 /// nn/random.hpp stop below 24).
-inline constexpr TensorKind word_embedding_kind = static_cast<TensorKind>(24);
+inline constexpr TensorKind word_embedding_kind = TensorKind::word_embedding;
 
 /// The padded vocabulary: the smallest multiple of divisor·tp that holds `vocab` (50257, 128, 8 →
 /// 51200). Throws ShapeError for a vocabulary or divisor below 1.
@@ -193,8 +193,8 @@ class VocabParallelEmbedding {
   /// dY[R] → dE[Row]: local scatter-add, no communication.
   [[nodiscard]] ParamGrads backward(const Cache& c, const Sharded<T, Replicated, B>& dy) const {
     check_dy(c, dy.rows(), dy.cols());
-    const auto& dyr = adjoint::all_reduce(dy);  // identity
-    return {Weight(EmbeddingKernels<B>::template scatter_add<T>(e_.local_rows(), dyr.local(), c.ids, vocab_start()),
+    // all_reduce's adjoint is the identity: dY[R] reaches every summand as it is.
+    return {Weight(EmbeddingKernels<B>::template scatter_add<T>(e_.local_rows(), dy.local(), c.ids, vocab_start()),
                    e_.rows(), e_.cols(), e_.group())};
   }
   /// dY[Row] → dE[Row]: reduce_scatter's adjoint (one all_gather of T·h), then the scatter-add.
@@ -254,7 +254,7 @@ class VocabParallelEmbedding {
   void check_ids(std::span<const std::int64_t> ids) const {
     for (const auto id : ids)
       if (id < 0 || id >= vocab_)
-        throw ShapeError(shardalg::detail::cat(name_, ": token id ", id, " is out of range for vocabulary ", vocab_));
+        throw IndexError(shardalg::detail::cat(name_, ": token id ", id, " is out of range for vocabulary ", vocab_));
   }
   void check_tokens_divisible(Index t) const {
     if (t % e_.size() != 0)

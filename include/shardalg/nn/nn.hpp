@@ -15,3 +15,5 @@
 #include "shardalg/nn/dropout.hpp"
 #include "shardalg/nn/attention.hpp"
 #include "shardalg/nn/block.hpp"
+#include "shardalg/nn/embedding.hpp"
+#include "shardalg/nn/cross_entropy.hpp"

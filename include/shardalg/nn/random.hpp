@@ -90,6 +90,7 @@ enum class TensorKind : std::uint32_t {
   dropout_attn = 16,
   dropout_mlp = 17,
   dropout = 18,  // a stand-alone dropout
+  word_embedding = 24,  // the (tied) vocabulary-parallel embedding
 };
 
 constexpr std::uint64_t tensor_id(std::uint32_t layer, TensorKind kind) {
