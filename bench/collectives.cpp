@@ -12,8 +12,11 @@
 #include <mpi.h>
 
 #include <chrono>
+#include "pin.hpp"
 #include <shardalg/mpi.hpp>
+#include <string>
 #include <thread>
+#include <vector>
 
 using namespace shardalg;
 using M = CpuBackend::matrix<float>;
@@ -78,6 +81,7 @@ void BM_thread_all_reduce(benchmark::State& st) {
   const std::size_t n = static_cast<std::size_t>(st.range(0)) / sizeof(float);
   const auto iters = st.max_iterations;
   run_ranks(2, [&](ThreadComm& c) {
+    bench::pin_this_thread(c.rank());
     std::vector<float> buf(n, 1.0f);
     if (c.rank() == 0) {
       for (auto _ : st) c.all_reduce(buf.data(), n, DType::f32, ReduceOp::sum);
@@ -85,6 +89,7 @@ void BM_thread_all_reduce(benchmark::State& st) {
       for (benchmark::IterationCount i = 0; i < iters; ++i) c.all_reduce(buf.data(), n, DType::f32, ReduceOp::sum);
     }
   });
+  bench::pin_this_thread(world_rank);
   st.SetBytesProcessed(st.iterations() * st.range(0));
 }
 
@@ -98,8 +103,14 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  bench::pin_this_thread(world_rank);
   set_local_threads(1);
-  benchmark::Initialize(&argc, argv);
+  // Only process 0 writes --benchmark_out; the others' results are the same maxima.
+  std::vector<char*> args(argv, argv + argc);
+  std::string devnull = "--benchmark_out=/dev/null";
+  if (world_rank != 0) args.push_back(devnull.data());
+  int nargs = static_cast<int>(args.size());
+  benchmark::Initialize(&nargs, args.data());
   // Fixed iteration counts keep both ranks in lockstep whatever the timings.
   auto iters = [](benchmark::internal::Benchmark* b) { b->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond); };
   iters(benchmark::RegisterBenchmark("BM_raw_MPI_Allreduce", BM_raw_MPI_Allreduce)->Apply(sizes));

@@ -12,6 +12,7 @@
 #endif
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,7 +20,7 @@
 #include <vector>
 
 #include "shardalg/comm/communicator.hpp"
-#include "shardalg/comm/thread.hpp"  // detail::combine
+#include "shardalg/comm/thread.hpp"  // detail::accumulate
 #include "shardalg/core/errors.hpp"
 
 namespace shardalg {
@@ -143,22 +144,28 @@ class MpiComm {
   // adding its own contribution: at step s rank r receives the partial of block (r − 2 − s) mod P
   // from rank r−1, adds send[block], and forwards it at step s+1; after P−1 steps rank r holds
   // block r in full. Working memory: the output block and one more block (no staging copy of V).
+  // Each step moves its block in L2-sized segments and adds each segment as soon as it arrives,
+  // while it is still in cache.
   template <class T>
   void ring_reduce_scatter(const T* send, T* out, std::size_t n, ReduceOp op) {
     const int P = size_, r = rank_, next = (r + 1) % P, prev = (r + P - 1) % P;
     const auto block = [&](int k) { return send + static_cast<std::size_t>(((k % P) + P) % P) * n; };
     const auto ty = detail::mpi_type(dtype_of<T>);
+    constexpr std::size_t segment = (256u << 10) / sizeof(T);
     std::vector<T> tmp(n);
     const T* outgoing = block(r - 1);  // step 0: my own contribution to block r−1
     for (int s = 0; s < P - 1; ++s) {
       // Alternate out/tmp so that consecutive steps never send from the buffer they receive
       // into, and the last step (s = P−2) receives into out.
       T* incoming = (P - 2 - s) % 2 == 0 ? out : tmp.data();
-      detail::mpi_check(MPI_Sendrecv(outgoing, count(n), ty, next, 1, incoming, count(n), ty, prev, 1, *comm_,
-                                     MPI_STATUS_IGNORE),
-                        "MPI_Sendrecv");
       const T* mine = block(r - 2 - s);
-      for (std::size_t i = 0; i < n; ++i) incoming[i] = detail::combine(incoming[i], mine[i], op);
+      for (std::size_t o = 0; o < n; o += segment) {
+        const std::size_t len = std::min(segment, n - o);
+        detail::mpi_check(MPI_Sendrecv(outgoing + o, count(len), ty, next, 1, incoming + o, count(len), ty, prev, 1,
+                                       *comm_, MPI_STATUS_IGNORE),
+                          "MPI_Sendrecv");
+        detail::accumulate(incoming + o, mine + o, len, op);
+      }
       outgoing = incoming;
     }
   }

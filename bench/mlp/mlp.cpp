@@ -1,0 +1,265 @@
+// bench/mlp — the tensor-parallel MLP and transformer block, forward + backward, fp32, with the
+// baselines in the same binary (run with `mpirun -np 2`):
+//
+//   BM_gemm_rate               one cblas_sgemm of the MLP's shape on one core: the GEMM floor's rate
+//   BM_handwritten_mlp_tp2     the same math by hand: Eigen + cblas_sgemm + MPI_Allreduce, TP=2
+//   BM_shardalg_mlp_tp2        nn::Mlp over MpiComm, TP=2 (one rank per process)
+//   BM_shardalg_mlp_tp1        nn::Mlp on one rank (process 0 alone; process 1 idles)
+//   BM_shardalg_mlp_threads_tp2  nn::Mlp over ThreadComm, 2 thread ranks in process 0
+//   BM_shardalg_block_{tp1,tp2,threads_tp2}   nn::TransformerBlock likewise
+//
+// m = 2048 tokens, h = 1024, ffn = 4h, GeLU (tanh); per-rank times are the maximum over ranks.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include "../pin.hpp"
+#include <shardalg/mpi.hpp>
+#include <shardalg/nn/nn.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace shardalg;
+using M = CpuBackend::matrix<float>;
+
+namespace {
+
+constexpr Index kTokens = 2048, kHidden = 1024, kFfn = 4 * kHidden, kSeq = 512, kHeads = 16;
+int world_rank = 0, world_size = 1;
+
+double mlp_flops() { return 12.0 * kTokens * kHidden * kFfn; }  // 2 GEMMs forward, 4 backward
+
+// Time each iteration between barriers on every process; report the slowest process.
+template <class Op>
+void timed(benchmark::State& st, Op&& op) {
+  for (auto _ : st) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = std::chrono::steady_clock::now();
+    op();
+    const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double worst = 0;
+    MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    st.SetIterationTime(worst);
+  }
+}
+
+// A barrier that waits without spinning (Open MPI's MPI_Barrier busy-polls a core).
+void idle_barrier() {
+  MPI_Request req;
+  MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  for (int done = 0; !done;) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// Work on process 0 only (TP=1, or thread ranks); the other processes wait without spinning,
+// so process 0 has the cores it needs.
+template <class Op>
+void rank0_only(benchmark::State& st, Op&& op) {
+  for (auto _ : st) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (world_rank == 0) op();
+    idle_barrier();
+    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    MPI_Bcast(&t, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    st.SetIterationTime(t);
+  }
+}
+
+void flops(benchmark::State& st, double per_iteration) {
+  st.counters["GFLOP/s"] = benchmark::Counter(per_iteration, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+// ---- the GEMM floor: one core's sgemm rate on the MLP's largest shape ------------------------
+void BM_gemm_rate(benchmark::State& st) {
+  const int m = kTokens, k = kHidden, n = kFfn / 2;  // the per-rank fc1 shape at TP=2
+  const M A = M::Random(m, k), B = M::Random(k, n);
+  M C(m, n);
+  timed(st, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A.data(), k, B.data(), n, 0.0f, C.data(), n);
+  });
+  flops(st, 2.0 * m * n * k);
+}
+
+// ---- the hand-written baseline: what a user writes without shardalg ---------------------------
+struct Handwritten {
+  M x, w1, b1, w2, b2;  // local shards: W1 [h, F/P] columns, W2 [F/P, h] rows, b1 [1, F/P]
+  explicit Handwritten(int p)
+      : x(M::Random(kTokens, kHidden)), w1(M::Random(kHidden, kFfn / p) * 0.02f), b1(M::Zero(1, kFfn / p)),
+        w2(M::Random(kFfn / p, kHidden) * 0.02f), b2(M::Zero(1, kHidden)) {}
+  static float gelu(float v) { return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v))); }
+  static float gelu_d(float v) {
+    const float t = std::tanh(0.7978845608f * (v + 0.044715f * v * v * v));
+    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * v * v);
+  }
+  void step() {
+    const int m = kTokens, h = kHidden, f = static_cast<int>(w1.cols());
+    M hpre(m, f), a(m, f), z(m, h);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, f, h, 1, x.data(), h, w1.data(), f, 0, hpre.data(), f);
+    hpre.rowwise() += b1.row(0);
+    a = hpre.unaryExpr(&gelu);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, h, f, 1, a.data(), f, w2.data(), h, 0, z.data(), h);
+    MPI_Allreduce(MPI_IN_PLACE, z.data(), m * h, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    z.rowwise() += b2.row(0);
+    // backward with dZ = Z (any replicated cotangent)
+    M da(m, f), dw2(f, h), dh(m, f), dw1(h, f), dx(m, h);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, f, h, 1, z.data(), h, w2.data(), h, 0, da.data(), f);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, f, h, m, 1, a.data(), f, z.data(), h, 0, dw2.data(), h);
+    M db2 = z.colwise().sum();
+    dh = da.cwiseProduct(hpre.unaryExpr(&gelu_d));
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, h, f, m, 1, x.data(), h, dh.data(), f, 0, dw1.data(), f);
+    M db1 = dh.colwise().sum();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, h, f, 1, dh.data(), f, w1.data(), f, 0, dx.data(), h);
+    MPI_Allreduce(MPI_IN_PLACE, dx.data(), m * h, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    benchmark::DoNotOptimize(dx.data());
+    benchmark::DoNotOptimize(db1.data());
+    benchmark::DoNotOptimize(db2.data());
+  }
+};
+
+void BM_handwritten_mlp_tp2(benchmark::State& st) {
+  Handwritten hw(world_size);
+  timed(st, [&] { hw.step(); });
+  flops(st, mlp_flops());
+}
+
+// ---- shardalg ------------------------------------------------------------------------------------
+template <class G>
+void mlp_step(const nn::Mlp<float>& mlp, const G& x) {
+  auto f = mlp.forward(x);
+  auto g = mlp.backward(f.cache, f.z);  // dZ = Z
+  benchmark::DoNotOptimize(g.dx.local().data());
+}
+
+nn::Mlp<float> make_mlp(const Group& g) {
+  return nn::Mlp<float>::init({kHidden, kFfn, nn::Activation::gelu_tanh, true}, g, nn::InitConfig{});
+}
+
+void BM_shardalg_mlp_tp2(benchmark::State& st) {
+  Group g = MpiComm(MPI_COMM_WORLD);
+  auto mlp = make_mlp(g);
+  auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
+  timed(st, [&] { mlp_step(mlp, x); });
+  flops(st, mlp_flops());
+}
+
+void BM_shardalg_mlp_tp1(benchmark::State& st) {
+  Group g = SelfComm{};
+  auto mlp = make_mlp(g);
+  auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
+  rank0_only(st, [&] { mlp_step(mlp, x); });
+  flops(st, mlp_flops());
+}
+
+// Thread ranks stay alive across iterations: rank 1 runs as many steps as the loop will.
+template <class Make, class Step>
+void threads_tp2(benchmark::State& st, Make make, Step step) {
+  const auto iters = st.max_iterations;
+  if (world_rank == 0) {
+    run_ranks(2, [&](ThreadComm& c) {
+      bench::pin_this_thread(c.rank());
+      Group g = c;
+      auto layer = make(g);
+      auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
+      if (c.rank() == 0) {
+        for (auto _ : st) step(layer, x);
+      } else {
+        for (benchmark::IterationCount i = 0; i < iters; ++i) step(layer, x);
+      }
+    });
+    bench::pin_this_thread(world_rank);
+  } else {
+    for (auto _ : st) {
+    }
+  }
+  idle_barrier();
+}
+
+void BM_shardalg_mlp_threads_tp2(benchmark::State& st) {
+  threads_tp2(st, make_mlp, [](auto& mlp, auto& x) { mlp_step(mlp, x); });
+  flops(st, mlp_flops());
+}
+
+// ---- one transformer block -----------------------------------------------------------------------
+nn::TransformerBlock<float> make_block(const Group& g) {
+  nn::BlockConfig c;
+  c.hidden = kHidden;
+  c.heads = kHeads;
+  c.seq = kSeq;
+  c.ffn = kFfn;
+  return nn::TransformerBlock<float>::init(c, g, nn::InitConfig{});
+}
+double block_flops() {  // 24·T·h² + 4·T·s·h forward (2 per multiply-add), backward 2×
+  return 3.0 * (24.0 * kTokens * kHidden * kHidden + 4.0 * kTokens * kSeq * kHidden);
+}
+template <class X>
+void block_step(const nn::TransformerBlock<float>& b, const X& x) {
+  auto f = b.forward(x);
+  auto g = b.backward(f.cache, f.y);
+  benchmark::DoNotOptimize(g.dx.local().data());
+}
+
+void BM_shardalg_block_tp2(benchmark::State& st) {
+  Group g = MpiComm(MPI_COMM_WORLD);
+  auto b = make_block(g);
+  auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
+  timed(st, [&] { block_step(b, x); });
+  flops(st, block_flops());
+}
+void BM_shardalg_block_tp1(benchmark::State& st) {
+  Group g = SelfComm{};
+  auto b = make_block(g);
+  auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
+  rank0_only(st, [&] { block_step(b, x); });
+  flops(st, block_flops());
+}
+void BM_shardalg_block_threads_tp2(benchmark::State& st) {
+  threads_tp2(st, make_block, [](auto& b, auto& x) { block_step(b, x); });
+  flops(st, block_flops());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  bench::pin_this_thread(world_rank);
+  set_local_threads(1);  // one thread per rank: ranks × threads never exceed the cores
+  // Only process 0 writes --benchmark_out; the others' results are the same maxima.
+  std::vector<char*> args(argv, argv + argc);
+  std::string devnull = "--benchmark_out=/dev/null";
+  if (world_rank != 0) args.push_back(devnull.data());
+  int nargs = static_cast<int>(args.size());
+  benchmark::Initialize(&nargs, args.data());
+  auto manual = [](benchmark::internal::Benchmark* b) {
+    b->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+  };
+  manual(benchmark::RegisterBenchmark("BM_gemm_rate", BM_gemm_rate));
+  manual(benchmark::RegisterBenchmark("BM_handwritten_mlp_tp2", BM_handwritten_mlp_tp2));
+  manual(benchmark::RegisterBenchmark("BM_shardalg_mlp_tp2", BM_shardalg_mlp_tp2));
+  manual(benchmark::RegisterBenchmark("BM_shardalg_mlp_tp1", BM_shardalg_mlp_tp1));
+  benchmark::RegisterBenchmark("BM_shardalg_mlp_threads_tp2", BM_shardalg_mlp_threads_tp2)
+      ->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
+  manual(benchmark::RegisterBenchmark("BM_shardalg_block_tp2", BM_shardalg_block_tp2));
+  manual(benchmark::RegisterBenchmark("BM_shardalg_block_tp1", BM_shardalg_block_tp1));
+  benchmark::RegisterBenchmark("BM_shardalg_block_threads_tp2", BM_shardalg_block_threads_tp2)
+      ->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
+  if (world_rank == 0) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    benchmark::ConsoleReporter quiet;
+    std::ostringstream sink;
+    quiet.SetOutputStream(&sink);
+    quiet.SetErrorStream(&sink);
+    benchmark::RunSpecifiedBenchmarks(&quiet);
+  }
+  benchmark::Shutdown();
+  MPI_Finalize();
+}
