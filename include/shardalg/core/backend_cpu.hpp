@@ -133,9 +133,12 @@ struct CpuBackend {
     return m;
   }
 
+  /// f applied elementwise; a functor with an `array(x)` form (a whole-array expression, e.g.
+  /// nn::GeluTanh) runs vectorised.
   template <class T, class F>
   static matrix<T> map(const matrix<T>& x, F f) {
-    return x.unaryExpr(f);
+    if constexpr (requires { f.array(x.array()); }) return f.array(x.array()).matrix();
+    else return x.unaryExpr(f);
   }
   template <class T, class F>
   static matrix<T> zip(const matrix<T>& x, const matrix<T>& y, F f) {
