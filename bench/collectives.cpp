@@ -12,7 +12,7 @@
 #include <mpi.h>
 
 #include <chrono>
-#include "pin.hpp"
+#include "common.hpp"
 #include <shardalg/mpi.hpp>
 #include <string>
 #include <thread>
@@ -23,20 +23,15 @@ using M = CpuBackend::matrix<float>;
 
 namespace {
 
-int world_rank = 0, world_size = 1;
+using bench::world_rank;
+using bench::world_size;
+using bench::idle_barrier;
 
-// Time `op` between barriers; report the slowest rank's time.
+
+// bench::timed, plus the buffer size as bytes processed.
 template <class Op>
 void timed(benchmark::State& st, Op&& op) {
-  for (auto _ : st) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const auto t0 = std::chrono::steady_clock::now();
-    op();
-    const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double worst = 0;
-    MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    st.SetIterationTime(worst);
-  }
+  bench::timed(st, op);
   st.SetBytesProcessed(st.iterations() * st.range(0));
 }
 
@@ -100,17 +95,8 @@ void sizes(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  bench::pin_this_thread(world_rank);
+  bench::init(argc, argv);
   set_local_threads(1);
-  // Only process 0 writes --benchmark_out; the others' results are the same maxima.
-  std::vector<char*> args(argv, argv + argc);
-  std::string devnull = "--benchmark_out=/dev/null";
-  if (world_rank != 0) args.push_back(devnull.data());
-  int nargs = static_cast<int>(args.size());
-  benchmark::Initialize(&nargs, args.data());
   // Fixed iteration counts keep both ranks in lockstep whatever the timings.
   auto iters = [](benchmark::internal::Benchmark* b) { b->Iterations(30)->UseManualTime()->Unit(benchmark::kMicrosecond); };
   iters(benchmark::RegisterBenchmark("BM_raw_MPI_Allreduce", BM_raw_MPI_Allreduce)->Apply(sizes));
@@ -120,21 +106,5 @@ int main(int argc, char** argv) {
   if (world_rank == 0)
     benchmark::RegisterBenchmark("BM_thread_all_reduce", BM_thread_all_reduce)
         ->Apply(sizes)->Iterations(30)->Unit(benchmark::kMicrosecond)->UseRealTime();
-  if (world_rank == 0) {
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    benchmark::ConsoleReporter quiet;
-    quiet.SetOutputStream(new std::ostringstream);  // rank 1 runs the MPI benchmarks silently
-    quiet.SetErrorStream(new std::ostringstream);
-    benchmark::RunSpecifiedBenchmarks(&quiet);
-  }
-  // Rank 1 waits for rank 0's thread benchmarks without spinning on a core.
-  MPI_Request req;
-  MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  for (int done = 0; !done;) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  benchmark::Shutdown();
-  MPI_Finalize();
+  bench::run_and_finalize();
 }

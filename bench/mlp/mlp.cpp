@@ -15,7 +15,7 @@
 
 #include <chrono>
 #include <cmath>
-#include "../pin.hpp"
+#include "../common.hpp"
 #include <shardalg/mpi.hpp>
 #include <shardalg/nn/nn.hpp>
 #include <sstream>
@@ -29,33 +29,14 @@ using M = CpuBackend::matrix<float>;
 namespace {
 
 constexpr Index kTokens = 2048, kHidden = 1024, kFfn = 4 * kHidden, kSeq = 512, kHeads = 16;
-int world_rank = 0, world_size = 1;
+using bench::world_rank;
+using bench::world_size;
+using bench::timed;
+using bench::idle_barrier;
 
 double mlp_flops() { return 12.0 * kTokens * kHidden * kFfn; }  // 2 GEMMs forward, 4 backward
 
-// Time each iteration between barriers on every process; report the slowest process.
-template <class Op>
-void timed(benchmark::State& st, Op&& op) {
-  for (auto _ : st) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const auto t0 = std::chrono::steady_clock::now();
-    op();
-    const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double worst = 0;
-    MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    st.SetIterationTime(worst);
-  }
-}
 
-// A barrier that waits without spinning (Open MPI's MPI_Barrier busy-polls a core).
-void idle_barrier() {
-  MPI_Request req;
-  MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  for (int done = 0; !done;) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
 
 // Work on process 0 only (TP=1, or thread ranks); the other processes wait without spinning,
 // so process 0 has the cores it needs.
@@ -227,17 +208,8 @@ void BM_shardalg_block_threads_tp2(benchmark::State& st) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  bench::pin_this_thread(world_rank);
+  bench::init(argc, argv);
   set_local_threads(1);  // one thread per rank: ranks × threads never exceed the cores
-  // Only process 0 writes --benchmark_out; the others' results are the same maxima.
-  std::vector<char*> args(argv, argv + argc);
-  std::string devnull = "--benchmark_out=/dev/null";
-  if (world_rank != 0) args.push_back(devnull.data());
-  int nargs = static_cast<int>(args.size());
-  benchmark::Initialize(&nargs, args.data());
   auto manual = [](benchmark::internal::Benchmark* b) {
     b->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
   };
@@ -251,15 +223,5 @@ int main(int argc, char** argv) {
   manual(benchmark::RegisterBenchmark("BM_shardalg_block_tp1", BM_shardalg_block_tp1));
   benchmark::RegisterBenchmark("BM_shardalg_block_threads_tp2", BM_shardalg_block_threads_tp2)
       ->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
-  if (world_rank == 0) {
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    benchmark::ConsoleReporter quiet;
-    std::ostringstream sink;
-    quiet.SetOutputStream(&sink);
-    quiet.SetErrorStream(&sink);
-    benchmark::RunSpecifiedBenchmarks(&quiet);
-  }
-  benchmark::Shutdown();
-  MPI_Finalize();
+  bench::run_and_finalize();
 }
