@@ -248,6 +248,38 @@ class ThreadComm {
 
 static_assert(Communicator<ThreadComm>);
 
+namespace detail {
+/// Run `body(r)` for r = 0..n−1 on n threads (rank 0 on the caller's). When a rank throws,
+/// `abort()` releases the others; afterwards the first rank's own exception is rethrown, in
+/// preference to the CommErrors ("another rank failed") that the abort caused.
+template <class Body, class Abort>
+void run_threads(int n, Body&& body, Abort&& abort) {
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<char> aborted_only(n, 0);
+  auto guarded = [&](int r) {
+    try {
+      body(r);
+    } catch (const CommError&) {
+      errors[r] = std::current_exception();
+      aborted_only[r] = 1;
+      abort();
+    } catch (...) {
+      errors[r] = std::current_exception();
+      abort();
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(n - 1);
+  for (int r = 1; r < n; ++r) threads.emplace_back(guarded, r);
+  guarded(0);
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r)
+    if (errors[r] && !aborted_only[r]) std::rethrow_exception(errors[r]);
+  for (int r = 0; r < n; ++r)
+    if (errors[r]) std::rethrow_exception(errors[r]);
+}
+}  // namespace detail
+
 /// Run `fn(ThreadComm&)` on `n` threads, ranks 0..n−1; rethrow the first rank's exception.
 /// For the duration of the run the local GEMM gets local_threads_for(n) threads per rank.
 template <class Fn>
@@ -259,31 +291,13 @@ void run_ranks(int n, Fn&& fn) {
     ~Budget() { set_local_threads(saved); }
   } budget(n);
   auto world = std::make_shared<detail::ThreadWorld>(n);
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<bool> aborted_only(n, false);
-  auto body = [&](int r) {
-    ThreadComm comm(world, r);
-    try {
-      fn(comm);
-    } catch (const CommError&) {
-      errors[r] = std::current_exception();
-      aborted_only[r] = true;
-      world->abort();
-    } catch (...) {
-      errors[r] = std::current_exception();
-      world->abort();
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(n - 1);
-  for (int r = 1; r < n; ++r) threads.emplace_back(body, r);
-  body(0);
-  for (auto& t : threads) t.join();
-  // Prefer a rank's own error over the "another rank failed" errors it caused.
-  for (int r = 0; r < n; ++r)
-    if (errors[r] && !aborted_only[r]) std::rethrow_exception(errors[r]);
-  for (int r = 0; r < n; ++r)
-    if (errors[r]) std::rethrow_exception(errors[r]);
+  detail::run_threads(
+      n,
+      [&](int r) {
+        ThreadComm comm(world, r);
+        fn(comm);
+      },
+      [&] { world->abort(); });
 }
 
 }  // namespace shardalg

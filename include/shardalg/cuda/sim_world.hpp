@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "shardalg/comm/communicator.hpp"
+#include "shardalg/comm/thread.hpp"
 #include "shardalg/core/dtype.hpp"
 #include "shardalg/core/errors.hpp"
 
@@ -300,32 +301,15 @@ template <class Ops, class Setup, class Fn>
 void run_sim_ranks(int n, Setup&& setup, Fn&& fn) {
   if (n < 1) throw CommError(shardalg::detail::cat("run_sim_ranks: world size ", n, " must be at least 1"));
   auto world = std::make_shared<sim::World>(n, &Ops::release);
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<char> aborted_only(n, 0);
-  auto body = [&](int r) {
-    try {
-      auto env = setup(r);  // {std::shared_ptr<Ops>, keep-alive}
-      SimComm<Ops> comm(world, r, std::get<0>(env));
-      fn(comm);
-      comm.ops().fence();
-    } catch (const CommError&) {
-      errors[r] = std::current_exception();
-      aborted_only[r] = 1;
-      world->abort();
-    } catch (...) {
-      errors[r] = std::current_exception();
-      world->abort();
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(n - 1);
-  for (int r = 1; r < n; ++r) threads.emplace_back(body, r);
-  body(0);
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r)
-    if (errors[r] && !aborted_only[r]) std::rethrow_exception(errors[r]);
-  for (int r = 0; r < n; ++r)
-    if (errors[r]) std::rethrow_exception(errors[r]);
+  shardalg::detail::run_threads(
+      n,
+      [&](int r) {
+        auto env = setup(r);  // {std::shared_ptr<Ops>, keep-alive}
+        SimComm<Ops> comm(world, r, std::get<0>(env));
+        fn(comm);
+        comm.ops().fence();
+      },
+      [&] { world->abort(); });
 }
 
 /// The host-memory simulated world: run_ranks with SimComm<HostSimOps>.
