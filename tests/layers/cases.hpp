@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "reference.hpp"
+#include "shardalg/reference/dense.hpp"
 #include "shardalg/nn/nn.hpp"
 #include "testing.hpp"
 

@@ -99,6 +99,15 @@ class Attention {
     Input dx;
     ParamGrads params;
   };
+  /// Sequence parallelism finishes the two ends itself (see nn/sp_block.hpp):
+  struct PartialForward {
+    Sharded<T, Partial, B> z;  // O[C] · Wo[Row], before g and before the output bias
+    Cache cache;
+  };
+  struct PartialGrads {
+    Sharded<T, Partial, B> dx;  // dQKV[C] · Wqkvᵀ[Row], before f's all-reduce
+    ParamGrads params;
+  };
 
   /// Throws ShapeError / DivisibilityError naming the sizes.
   static QkvLayout check(const AttentionConfig& c, int p) {
@@ -166,6 +175,11 @@ class Attention {
   Proj& proj() { return proj_; }
 
   Forward forward(const Input& x) const {
+    auto f = forward_partial(x);
+    return {proj_.add_output_bias(reduce_from(std::move(f.z))), std::move(f.cache)};  // g → R; + bo
+  }
+  /// X[R] → Z[Partial]: everything but g and the output bias (added by proj().add_output_bias).
+  PartialForward forward_partial(const Input& x) const {
     detail::require_cols("Attention", x.cols(), cfg_.hidden);
     if (x.rows() % cfg_.seq != 0)
       throw ShapeError(detail::cat("Attention: ", x.rows(), " rows are not a whole number of sequences of length ",
@@ -174,16 +188,21 @@ class Attention {
     const auto shape = attn_shape(x.rows());
     auto a = Kernels<B>::causal_attention(f1.y.local(), shape);
     Sharded<T, ColSharded, B> o(std::move(a.out), x.rows(), cfg_.hidden, x.group());
-    auto f2 = proj_.forward(o);  // O[C] · Wo[Row] → Partial; g → R; + bo
+    auto f2 = proj_.forward_partial(o);  // O[C] · Wo[Row] → Partial
     return {std::move(f2.z), Cache{std::move(f1.cache), std::move(f1.y), std::move(a.probs), std::move(f2.cache)}};
   }
 
   Grads backward(const Cache& c, const Input& dz) const {
+    auto g = backward_partial(c, dz);
+    return {adjoint::copy_to(std::move(g.dx)), std::move(g.params)};  // f's adjoint: all_reduce → R
+  }
+  /// dZ[R] (the whole cotangent) → dX[Partial] before f's all-reduce, and the parameter gradients.
+  PartialGrads backward_partial(const Cache& c, const Input& dz) const {
     auto g2 = proj_.backward(c.proj, dz);  // dO[C]
     const auto shape = attn_shape(dz.rows());
     Sharded<T, ColSharded, B> dqkv(Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, g2.dh.local(), shape),
                                    c.qkv.rows(), c.qkv.cols(), c.qkv.group());
-    auto g1 = qkv_.backward(c.qkv_in, dqkv);  // dX: Partial → all_reduce (f) → R
+    auto g1 = qkv_.backward_partial(c.qkv_in, dqkv);  // dX[Partial]
     if (lay_.replicated_kv()) sync_replicated_kv(g1.params);
     return {std::move(g1.dx), {std::move(g1.params), std::move(g2.params)}};
   }

@@ -126,6 +126,16 @@ class TransformerBlock {
   [[nodiscard]] const Attn& attention() const { return attn_; }
   [[nodiscard]] const Norm& ln2() const { return ln2_; }
   [[nodiscard]] const MlpT& mlp() const { return mlp_; }
+  // Mutable access for optimizers and checkpoint loading (nn/gpt.hpp).
+  Norm& ln1() { return ln1_; }
+  Attn& attention() { return attn_; }
+  Norm& ln2() { return ln2_; }
+  MlpT& mlp() { return mlp_; }
+  /// The dropout masks' seed (vary it per step: a mask is a function of (seed, tensor, index)).
+  void set_dropout_seed(std::uint64_t seed) {
+    cfg_.dropout_seed = seed;
+    drop_attn_.seed = drop_mlp_.seed = seed;
+  }
 
   Forward forward(const Input& x) const {
     auto l1 = ln1_.forward(x);

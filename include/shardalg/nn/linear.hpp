@@ -173,6 +173,10 @@ class RowParallelLinear {
     Output z;
     Cache cache;
   };
+  struct PartialForward {
+    Sharded<T, Partial, B> z;  // before g and before the bias
+    Cache cache;
+  };
   struct ParamGrads {
     Weight dw;
     std::optional<Bias> db;
@@ -220,11 +224,22 @@ class RowParallelLinear {
 
   /// H[C] → Z[R]: local product (Partial), g's all-reduce, then the bias once.
   Forward forward(const Input& h) const {
+    auto f = forward_partial(h);
+    Output z = reduce_from(std::move(f.z));  // g
+    return {add_output_bias(std::move(z)), std::move(f.cache)};
+  }
+  /// H[C] → Z[Partial]: the local product only, before g and before the bias. The caller
+  /// finishes it (all_reduce → R, or reduce_scatter → Row under sequence parallelism) and then
+  /// adds the bias with add_output_bias. backward takes the finished cotangent dZ[R].
+  PartialForward forward_partial(const Input& h) const {
     detail::require_cols(name_, h.cols(), w_.rows());
-    Sharded<T, Partial, B> zp = matmul(h, w_);  // H[C] · W[Row] → Partial
-    Output z = reduce_from(std::move(zp));      // g
+    return {matmul(h, w_), Cache{h}};  // H[C] · W[Row] → Partial
+  }
+  /// Z[R] or Z[Row] + b[R], once, after the reduction (no-op without a bias).
+  template <class L>
+  Sharded<T, L, B> add_output_bias(Sharded<T, L, B> z) const {
     if (b_) z = add_bias(z, *b_);
-    return {std::move(z), Cache{h}};
+    return z;
   }
   /// X[R] → Z[R] (input_is_parallel = false): split is a free local slice.
   Forward forward_split(const Sharded<T, Replicated, B>& x) const {

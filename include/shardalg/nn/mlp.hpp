@@ -73,6 +73,15 @@ class Mlp {
     Input dx;
     ParamGrads params;
   };
+  /// Sequence parallelism finishes the two ends itself (see nn/sp_block.hpp):
+  struct PartialForward {
+    Sharded<T, Partial, B> z;  // A[C] · W2[Row], before g and before b2
+    Cache cache;
+  };
+  struct PartialGrads {
+    Sharded<T, Partial, B> dx;  // dH[C] · W1ᵀ[Row], before f's all-reduce
+    ParamGrads params;
+  };
 
   static void check(const MlpConfig& cfg, int p) {
     detail::require_divisible("Mlp", "ffn size", cfg.ffn, p);
@@ -132,17 +141,27 @@ class Mlp {
   Fc2& fc2() { return fc2_; }
 
   Forward forward(const Input& x) const {
+    auto f = forward_partial(x);
+    return {fc2_.add_output_bias(reduce_from(std::move(f.z))), std::move(f.cache)};  // g → R; + b2
+  }
+  /// X[R] → Z[Partial]: everything but g and b2 (added by fc2().add_output_bias).
+  PartialForward forward_partial(const Input& x) const {
     detail::require_cols("Mlp", x.cols(), cfg_.hidden);
     auto f1 = fc1_.forward(x);  // f inside: X[R] · W1[C] → H[C]
     Sharded<T, ColSharded, B> a = activate(f1.y);
-    auto f2 = fc2_.forward(a);  // A[C] · W2[Row] → Partial; g → R; + b2
+    auto f2 = fc2_.forward_partial(a);  // A[C] · W2[Row] → Partial
     return {std::move(f2.z), Cache{std::move(f1.cache), std::move(f1.y), std::move(f2.cache)}};
   }
 
   Grads backward(const Cache& c, const Input& dz) const {
+    auto g = backward_partial(c, dz);
+    return {adjoint::copy_to(std::move(g.dx)), std::move(g.params)};  // f's adjoint: all_reduce → R
+  }
+  /// dZ[R] (the whole cotangent) → dX[Partial] before f's all-reduce, and the parameter gradients.
+  PartialGrads backward_partial(const Cache& c, const Input& dz) const {
     auto g2 = fc2_.backward(c.fc2, dz);  // dA[C], dW2[Row], db2[R]
     Sharded<T, ColSharded, B> dh = activate_grad(c.h, g2.dh);
-    auto g1 = fc1_.backward(c.fc1, dh);  // dX: Partial → all_reduce (f) → R
+    auto g1 = fc1_.backward_partial(c.fc1, dh);  // dX[Partial]
     return {std::move(g1.dx), {std::move(g1.params), std::move(g2.params)}};
   }
 

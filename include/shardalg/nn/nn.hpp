@@ -17,3 +17,6 @@
 #include "shardalg/nn/block.hpp"
 #include "shardalg/nn/embedding.hpp"
 #include "shardalg/nn/cross_entropy.hpp"
+#include "shardalg/nn/sp_block.hpp"
+#include "shardalg/nn/gpt.hpp"
+// nn/checkpoint.hpp is opt-in: it needs nlohmann-json.

@@ -1,7 +1,8 @@
-// tests/layers/reference.hpp — the dense twins of the layers, written independently in plain
+// shardalg/reference/dense.hpp — the dense twins of the layers, written independently in plain
 // Eigen (double, column-major, whole matrices, loops over sequences and heads). No shardalg code
 // is used here except the index-keyed random function that *defines* a dropout mask.
-// Each backward is checked against central finite differences in test_layers.cpp.
+// Each backward is checked against central finite differences in tests/layers/test_layers.cpp.
+// Used by the tests and by shardalg-verify; include it to check your own model against it.
 #pragma once
 
 #include <Eigen/Dense>
@@ -306,6 +307,85 @@ double fd_error(F&& loss, M& param, const M& analytic, double h = 1e-5, bool abs
       scale = std::max(scale, std::abs(analytic(i, j)));
     }
   return absolute || scale == 0 ? err : err / scale;
+}
+
+// ---- GPT (issue 4): embedding → blocks → final norm → tied head → cross-entropy ---------------------------
+// The whole model on one "device", in double: E[vocab, h] looks tokens up and, transposed, is the LM
+// head (tied); the loss is the mean token cross-entropy with Megatron's label smoothing (the target
+// keeps 1 − ε, every other class gets ε/(V − 1)) and ignore_index.
+struct Gpt {
+  M emb;  // [vocab, h]
+  std::vector<Block> blocks;
+  Norm final_norm;
+  double p_emb = 0;  // dropout on the embedding output
+  std::uint64_t seed = 0, drop_emb = 0;
+};
+struct GptOut {
+  M x0;                         // embedding output after dropout
+  std::vector<BlockOut> blocks;  // blocks[i].y is the input of block i + 1
+  NormOut fn;
+  M logits;                     // [T, vocab]
+  Eigen::VectorXd loss;         // per token (0 where ignored)
+  double mean = 0;
+  int count = 0;
+  M dlogits;                    // d mean / d logits
+};
+struct GptGrads {
+  M demb;
+  std::vector<BlockGrads> blocks;
+  NormGrads fn;
+};
+inline GptOut gpt_forward(const Gpt& g, const std::vector<std::int64_t>& tokens, const std::vector<std::int64_t>& targets,
+                          double eps_smooth = 0.0, std::int64_t ignore = -100) {
+  GptOut o;
+  const Index t = static_cast<Index>(tokens.size()), h = g.emb.cols(), v = g.emb.rows();
+  M x(t, h);
+  for (Index i = 0; i < t; ++i) x.row(i) = g.emb.row(tokens[static_cast<std::size_t>(i)]);
+  o.x0 = dropout(x, g.p_emb, g.seed, g.drop_emb);
+  const M* in = &o.x0;
+  for (const auto& b : g.blocks) {
+    o.blocks.push_back(block_forward(b, *in));
+    in = &o.blocks.back().y;
+  }
+  o.fn = norm_forward(g.final_norm, *in);
+  o.logits = o.fn.y * g.emb.transpose();
+  o.loss = Eigen::VectorXd::Zero(t);
+  o.dlogits = M::Zero(t, v);
+  for (Index i = 0; i < t; ++i) {
+    const auto tg = targets[static_cast<std::size_t>(i)];
+    if (tg == ignore) continue;
+    ++o.count;
+    double mx = o.logits(i, 0);
+    for (Index j = 1; j < v; ++j) mx = std::max(mx, o.logits(i, j));
+    double z = 0;
+    for (Index j = 0; j < v; ++j) z += std::exp(o.logits(i, j) - mx);
+    for (Index j = 0; j < v; ++j) {
+      const double q = j == tg ? 1.0 - eps_smooth : eps_smooth / double(v - 1);
+      const double logp = o.logits(i, j) - mx - std::log(z);
+      o.loss(i) -= q * logp;
+      o.dlogits(i, j) = std::exp(logp) - q;
+    }
+  }
+  if (o.count > 0) {
+    o.mean = o.loss.sum() / o.count;
+    o.dlogits /= o.count;
+  }
+  return o;
+}
+inline GptGrads gpt_backward(const Gpt& g, const std::vector<std::int64_t>& tokens, const GptOut& o) {
+  GptGrads r;
+  r.demb = o.dlogits.transpose() * o.fn.y;  // the head's part
+  r.fn = norm_backward(g.final_norm, o.fn, o.dlogits * g.emb);
+  M dx = r.fn.dx;
+  r.blocks.resize(g.blocks.size());
+  for (std::size_t k = g.blocks.size(); k-- > 0;) {
+    const M& in = k == 0 ? o.x0 : o.blocks[k - 1].y;
+    r.blocks[k] = block_backward(g.blocks[k], in, o.blocks[k], dx);
+    dx = r.blocks[k].dx;
+  }
+  dx = dropout(dx, g.p_emb, g.seed, g.drop_emb);
+  for (std::size_t i = 0; i < tokens.size(); ++i) r.demb.row(tokens[i]) += dx.row(static_cast<Index>(i));  // lookup's part
+  return r;
 }
 
 }  // namespace ref
