@@ -319,48 +319,10 @@ nn::Masters grad_masters(const Options& o, const ref::GptGrads& g) {
   return m;
 }
 
-// Physical layouts of the fused weights (independent of the library's column maps; the same
-// construction as tests/layers/cases.hpp).
-M hcat(const std::vector<M>& blocks) {
-  Index cols = 0;
-  for (const auto& b : blocks) cols += b.cols();
-  M out(blocks.at(0).rows(), cols);
-  Index c = 0;
-  for (const auto& b : blocks) {
-    out.middleCols(c, b.cols()) = b;
-    c += b.cols();
-  }
-  return out;
-}
-M swiglu_physical(const M& gate, const M& up, int p) {
-  const Index w = gate.cols() / p;
-  std::vector<M> blocks;
-  for (int r = 0; r < p; ++r) {
-    blocks.push_back(gate.middleCols(r * w, w));
-    blocks.push_back(up.middleCols(r * w, w));
-  }
-  return hcat(blocks);
-}
-M qkv_physical(const M& q, const M& k, const M& v, Index heads, Index groups, Index d, int p) {
-  std::vector<M> blocks;
-  for (int r = 0; r < p; ++r) {
-    if (groups >= p) {
-      const Index per = groups / p, qh = heads / groups;
-      for (Index u = 0; u < per; ++u) {
-        const Index g = r * per + u;
-        blocks.push_back(q.middleCols(g * qh * d, qh * d));
-        blocks.push_back(k.middleCols(g * d, d));
-        blocks.push_back(v.middleCols(g * d, d));
-      }
-    } else {
-      const Index qh = heads / p, g = r * groups / p;
-      blocks.push_back(q.middleCols(r * qh * d, qh * d));
-      blocks.push_back(k.middleCols(g * d, d));
-      blocks.push_back(v.middleCols(g * d, d));
-    }
-  }
-  return hcat(blocks);
-}
+// Physical layouts of the fused weights: the reference's own construction (shardalg/reference).
+using ref::hcat;
+using ref::qkv_physical;
+using ref::swiglu_physical;
 
 // =================================================================================================
 // Timing: a Communicator decorator that times every collective, and phase timers

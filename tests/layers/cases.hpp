@@ -46,52 +46,9 @@ void add(Checks& cs, std::string name, const S& actual, const M& expected) {
   cs.push_back({std::move(name), compare(to_dense(actual), expected)});
 }
 
-inline M hcat(const std::vector<M>& blocks) {
-  Index cols = 0;
-  for (const auto& b : blocks) cols += b.cols();
-  M out(blocks.at(0).rows(), cols);
-  Index c = 0;
-  for (const auto& b : blocks) {
-    out.middleCols(c, b.cols()) = b;
-    c += b.cols();
-  }
-  return out;
-}
-
-/// SwiGLU's fc1 as stored: rank r's block is [gate columns of r | up columns of r].
-inline M swiglu_physical(const M& gate, const M& up, int p) {
-  const Index w = gate.cols() / p;
-  std::vector<M> blocks;
-  for (int r = 0; r < p; ++r) {
-    blocks.push_back(gate.middleCols(r * w, w));
-    blocks.push_back(up.middleCols(r * w, w));
-  }
-  return hcat(blocks);
-}
-
-/// The fused QKV as stored (Megatron's per-group layout): rank r holds, per group it owns,
-/// [its query heads | k | v]; with fewer groups than ranks, one group's k and v on every rank
-/// that serves it.
-inline M qkv_physical(const M& q, const M& k, const M& v, Index heads, Index groups, Index d, int p) {
-  std::vector<M> blocks;
-  for (int r = 0; r < p; ++r) {
-    if (groups >= p) {
-      const Index per = groups / p, qh = heads / groups;
-      for (Index u = 0; u < per; ++u) {
-        const Index g = r * per + u;
-        blocks.push_back(q.middleCols(g * qh * d, qh * d));
-        blocks.push_back(k.middleCols(g * d, d));
-        blocks.push_back(v.middleCols(g * d, d));
-      }
-    } else {
-      const Index qh = heads / p, g = r * groups / p;
-      blocks.push_back(q.middleCols(r * qh * d, qh * d));
-      blocks.push_back(k.middleCols(g * d, d));
-      blocks.push_back(v.middleCols(g * d, d));
-    }
-  }
-  return hcat(blocks);
-}
+using ref::hcat;
+using ref::qkv_physical;
+using ref::swiglu_physical;
 
 // Shapes used throughout: 2 sequences of 6 tokens, hidden 24, 12 heads of 2, FFN 48. Every
 // split dimension divides by 1, 2, 3 and 4.
