@@ -144,28 +144,36 @@ class MpiComm {
   // adding its own contribution: at step s rank r receives the partial of block (r − 2 − s) mod P
   // from rank r−1, adds send[block], and forwards it at step s+1; after P−1 steps rank r holds
   // block r in full. Working memory: the output block and one more block (no staging copy of V).
-  // Each step moves its block in L2-sized segments and adds each segment as soon as it arrives,
-  // while it is still in cache.
+  // Each step posts its block as L2-sized segments, all at once (their handshakes overlap), and
+  // adds each segment as soon as it lands, while it is still in cache.
   template <class T>
   void ring_reduce_scatter(const T* send, T* out, std::size_t n, ReduceOp op) {
     const int P = size_, r = rank_, next = (r + 1) % P, prev = (r + P - 1) % P;
     const auto block = [&](int k) { return send + static_cast<std::size_t>(((k % P) + P) % P) * n; };
     const auto ty = detail::mpi_type(dtype_of<T>);
     constexpr std::size_t segment = (256u << 10) / sizeof(T);
-    std::vector<T> tmp(n);
+    // A second buffer only when there is a middle step (P > 2); never zero-filled.
+    std::unique_ptr<T[]> tmp(P > 2 ? new T[n] : nullptr);
     const T* outgoing = block(r - 1);  // step 0: my own contribution to block r−1
     for (int s = 0; s < P - 1; ++s) {
       // Alternate out/tmp so that consecutive steps never send from the buffer they receive
       // into, and the last step (s = P−2) receives into out.
-      T* incoming = (P - 2 - s) % 2 == 0 ? out : tmp.data();
+      T* incoming = (P - 2 - s) % 2 == 0 ? out : tmp.get();
       const T* mine = block(r - 2 - s);
-      for (std::size_t o = 0; o < n; o += segment) {
-        const std::size_t len = std::min(segment, n - o);
-        detail::mpi_check(MPI_Sendrecv(outgoing + o, count(len), ty, next, 1, incoming + o, count(len), ty, prev, 1,
-                                       *comm_, MPI_STATUS_IGNORE),
-                          "MPI_Sendrecv");
+      // Post every segment at once (the handshakes overlap), then add each segment as it lands.
+      const std::size_t nseg = (n + segment - 1) / segment;
+      std::vector<MPI_Request> recvs(nseg), sends(nseg);
+      for (std::size_t j = 0; j < nseg; ++j) {
+        const std::size_t o = j * segment, len = std::min(segment, n - o);
+        detail::mpi_check(MPI_Irecv(incoming + o, count(len), ty, prev, 1, *comm_, &recvs[j]), "MPI_Irecv");
+        detail::mpi_check(MPI_Isend(outgoing + o, count(len), ty, next, 1, *comm_, &sends[j]), "MPI_Isend");
+      }
+      for (std::size_t j = 0; j < nseg; ++j) {
+        const std::size_t o = j * segment, len = std::min(segment, n - o);
+        detail::mpi_check(MPI_Wait(&recvs[j], MPI_STATUS_IGNORE), "MPI_Wait");
         detail::accumulate(incoming + o, mine + o, len, op);
       }
+      detail::mpi_check(MPI_Waitall(static_cast<int>(nseg), sends.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
       outgoing = incoming;
     }
   }
