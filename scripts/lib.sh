@@ -23,6 +23,9 @@ ensure_packages() {
   fi
 }
 
+# ccache keys on relative paths, so clones in other directories share the cache.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+
 # configure <build-dir> [extra cmake args…]
 configure() {
   local dir=$1

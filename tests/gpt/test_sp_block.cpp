@@ -1,6 +1,6 @@
 // tests/gpt/test_sp_block.cpp — the sequence-parallel block against the dense block
 // (reference/dense.hpp) on thread worlds of 1–4 ranks, float and double; its ledger against the
-// counts of /work/shared/ALGEBRA.md; the activation bytes it holds between blocks, measured; the
+// counts of the shared ALGEBRA.md; the activation bytes it holds between blocks, measured; the
 // optimizers (state sharded like the parameter, clipping by the logical global norm) against a
 // dense Adam written here.
 #include <doctest/doctest.h>
