@@ -61,12 +61,88 @@ struct BlockMasters {
   MlpMasters<M> mlp;
 };
 
-template <Element T, class B = CpuBackend>
-class TransformerBlock {
+namespace detail {
+/// What the plain and the sequence-parallel block share: the parameters (two norms, attention,
+/// MLP), the two dropouts, and how they are made. `Derived` supplies `check` and the passes.
+template <class Derived, Element T, class B>
+class BlockParts {
  public:
   using Norm = LayerNorm<T, B>;
   using Attn = Attention<T, B>;
   using MlpT = Mlp<T, B>;
+
+  /// Megatron init: normal(0, std), residual output projections std/√(2L), zero biases, γ = 1.
+  /// Index-keyed, so the same parameters at every TP size.
+  static Derived init(const BlockConfig& c, const Group& g, InitConfig ic) {
+    Derived::check(c, g.size());
+    ic.layer = c.layer;
+    return Derived(c, Norm::init(c.hidden, c.norm, g, T(c.eps)), Attn::init(c.attention(), g, ic),
+                   Norm::init(c.hidden, c.norm, g, T(c.eps)), MlpT::init(c.mlp(), g, ic));
+  }
+
+  template <class M>
+  static Derived from_dense(const BlockConfig& c, const BlockMasters<M>& m, const Group& g) {
+    Derived::check(c, g.size());
+    return Derived(c, Norm::from_dense(*m.ln1_gamma, m.ln1_beta, c.norm, g, T(c.eps)),
+                   Attn::from_dense(c.attention(), m.attn, g),
+                   Norm::from_dense(*m.ln2_gamma, m.ln2_beta, c.norm, g, T(c.eps)), MlpT::from_dense(c.mlp(), m.mlp, g));
+  }
+
+  BlockParts(const BlockConfig& c, Norm ln1, Attn attn, Norm ln2, MlpT mlp)
+      : cfg_(c),
+        ln1_(std::move(ln1)),
+        attn_(std::move(attn)),
+        ln2_(std::move(ln2)),
+        mlp_(std::move(mlp)),
+        drop_attn_(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_attn)),
+        drop_mlp_(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_mlp)) {}
+
+  [[nodiscard]] const BlockConfig& config() const { return cfg_; }
+  [[nodiscard]] const Norm& ln1() const { return ln1_; }
+  [[nodiscard]] const Attn& attention() const { return attn_; }
+  [[nodiscard]] const Norm& ln2() const { return ln2_; }
+  [[nodiscard]] const MlpT& mlp() const { return mlp_; }
+  // Mutable access for optimizers and checkpoint loading (nn/gpt.hpp).
+  Norm& ln1() { return ln1_; }
+  Attn& attention() { return attn_; }
+  Norm& ln2() { return ln2_; }
+  MlpT& mlp() { return mlp_; }
+  /// The dropout masks' seed (vary it per step: a mask is a function of (seed, tensor, index)).
+  void set_dropout_seed(std::uint64_t seed) {
+    cfg_.dropout_seed = seed;
+    drop_attn_.seed = drop_mlp_.seed = seed;
+  }
+
+  /// Plain SGD on every parameter. For the sequence-parallel block, handed its unreduced
+  /// gradients it does not compile: the norms' update refuses a Partial gradient ([shardalg.E130]).
+  template <class G>
+  void sgd(const G& g, T lr) {
+    ln1_.sgd(g.ln1, lr);
+    attn_.sgd(g.attn, lr);
+    ln2_.sgd(g.ln2, lr);
+    mlp_.sgd(g.mlp, lr);
+  }
+
+ protected:
+  BlockConfig cfg_;
+  Norm ln1_;
+  Attn attn_;
+  Norm ln2_;
+  MlpT mlp_;
+  Dropout drop_attn_, drop_mlp_;
+};
+}  // namespace detail
+
+template <Element T, class B = CpuBackend>
+class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B> {
+  using Parts = detail::BlockParts<TransformerBlock<T, B>, T, B>;
+  using Parts::attn_, Parts::drop_attn_, Parts::drop_mlp_, Parts::ln1_, Parts::ln2_, Parts::mlp_;
+
+ public:
+  using typename Parts::Attn;
+  using typename Parts::MlpT;
+  using typename Parts::Norm;
+  using Parts::Parts;
   using Input = Sharded<T, Replicated, B>;
 
   struct Cache {
@@ -93,48 +169,6 @@ class TransformerBlock {
   static void check(const BlockConfig& c, int p) {
     Attn::check(c.attention(), p);
     MlpT::check(c.mlp(), p);
-  }
-
-  /// Megatron init: normal(0, std), residual output projections std/√(2L), zero biases, γ = 1.
-  static TransformerBlock init(const BlockConfig& c, const Group& g, InitConfig ic) {
-    check(c, g.size());
-    ic.layer = c.layer;
-    return TransformerBlock(c, Norm::init(c.hidden, c.norm, g, T(c.eps)), Attn::init(c.attention(), g, ic),
-                            Norm::init(c.hidden, c.norm, g, T(c.eps)), MlpT::init(c.mlp(), g, ic));
-  }
-
-  template <class M>
-  static TransformerBlock from_dense(const BlockConfig& c, const BlockMasters<M>& m, const Group& g) {
-    check(c, g.size());
-    return TransformerBlock(c, Norm::from_dense(*m.ln1_gamma, m.ln1_beta, c.norm, g, T(c.eps)),
-                            Attn::from_dense(c.attention(), m.attn, g),
-                            Norm::from_dense(*m.ln2_gamma, m.ln2_beta, c.norm, g, T(c.eps)),
-                            MlpT::from_dense(c.mlp(), m.mlp, g));
-  }
-
-  TransformerBlock(const BlockConfig& c, Norm ln1, Attn attn, Norm ln2, MlpT mlp)
-      : cfg_(c),
-        ln1_(std::move(ln1)),
-        attn_(std::move(attn)),
-        ln2_(std::move(ln2)),
-        mlp_(std::move(mlp)),
-        drop_attn_(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_attn)),
-        drop_mlp_(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_mlp)) {}
-
-  [[nodiscard]] const BlockConfig& config() const { return cfg_; }
-  [[nodiscard]] const Norm& ln1() const { return ln1_; }
-  [[nodiscard]] const Attn& attention() const { return attn_; }
-  [[nodiscard]] const Norm& ln2() const { return ln2_; }
-  [[nodiscard]] const MlpT& mlp() const { return mlp_; }
-  // Mutable access for optimizers and checkpoint loading (nn/gpt.hpp).
-  Norm& ln1() { return ln1_; }
-  Attn& attention() { return attn_; }
-  Norm& ln2() { return ln2_; }
-  MlpT& mlp() { return mlp_; }
-  /// The dropout masks' seed (vary it per step: a mask is a function of (seed, tensor, index)).
-  void set_dropout_seed(std::uint64_t seed) {
-    cfg_.dropout_seed = seed;
-    drop_attn_.seed = drop_mlp_.seed = seed;
   }
 
   Forward forward(const Input& x) const {
@@ -169,21 +203,6 @@ class TransformerBlock {
     return {std::move(dx),
             {std::move(gl1.params), std::move(ga.params), std::move(gl2.params), std::move(gm.params)}};
   }
-
-  void sgd(const ParamGrads& g, T lr) {
-    ln1_.sgd(g.ln1, lr);
-    attn_.sgd(g.attn, lr);
-    ln2_.sgd(g.ln2, lr);
-    mlp_.sgd(g.mlp, lr);
-  }
-
- private:
-  BlockConfig cfg_;
-  Norm ln1_;
-  Attn attn_;
-  Norm ln2_;
-  MlpT mlp_;
-  Dropout drop_attn_, drop_mlp_;
 };
 
 }  // namespace shardalg::nn

@@ -39,11 +39,15 @@
 namespace shardalg::nn {
 
 template <Element T, class B = CpuBackend>
-class SequenceParallelBlock {
+class SequenceParallelBlock : public detail::BlockParts<SequenceParallelBlock<T, B>, T, B> {
+  using Parts = detail::BlockParts<SequenceParallelBlock<T, B>, T, B>;
+  using Parts::attn_, Parts::drop_attn_, Parts::drop_mlp_, Parts::ln1_, Parts::ln2_, Parts::mlp_;
+
  public:
-  using Norm = LayerNorm<T, B>;
-  using Attn = Attention<T, B>;
-  using MlpT = Mlp<T, B>;
+  using typename Parts::Attn;
+  using typename Parts::MlpT;
+  using typename Parts::Norm;
+  using Parts::Parts;
   using Input = Sharded<T, RowSharded, B>;  // [T, h], tokens split
 
   struct Cache {
@@ -76,45 +80,6 @@ class SequenceParallelBlock {
     if (tokens % p != 0)
       throw DivisibilityError(shardalg::detail::cat("SequenceParallelBlock: ", tokens,
                                                     " tokens are not divisible by tensor-parallel size ", p));
-  }
-
-  /// The same parameters as TransformerBlock::init (index-keyed: identical at every TP size).
-  static SequenceParallelBlock init(const BlockConfig& c, const Group& g, InitConfig ic) {
-    check(c, g.size());
-    ic.layer = c.layer;
-    return SequenceParallelBlock(c, Norm::init(c.hidden, c.norm, g, T(c.eps)), Attn::init(c.attention(), g, ic),
-                                 Norm::init(c.hidden, c.norm, g, T(c.eps)), MlpT::init(c.mlp(), g, ic));
-  }
-  template <class M>
-  static SequenceParallelBlock from_dense(const BlockConfig& c, const BlockMasters<M>& m, const Group& g) {
-    check(c, g.size());
-    return SequenceParallelBlock(c, Norm::from_dense(*m.ln1_gamma, m.ln1_beta, c.norm, g, T(c.eps)),
-                                 Attn::from_dense(c.attention(), m.attn, g),
-                                 Norm::from_dense(*m.ln2_gamma, m.ln2_beta, c.norm, g, T(c.eps)),
-                                 MlpT::from_dense(c.mlp(), m.mlp, g));
-  }
-
-  SequenceParallelBlock(const BlockConfig& c, Norm ln1, Attn attn, Norm ln2, MlpT mlp)
-      : cfg_(c),
-        ln1_(std::move(ln1)),
-        attn_(std::move(attn)),
-        ln2_(std::move(ln2)),
-        mlp_(std::move(mlp)),
-        drop_attn_(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_attn)),
-        drop_mlp_(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_mlp)) {}
-
-  [[nodiscard]] const BlockConfig& config() const { return cfg_; }
-  [[nodiscard]] const Norm& ln1() const { return ln1_; }
-  [[nodiscard]] const Attn& attention() const { return attn_; }
-  [[nodiscard]] const Norm& ln2() const { return ln2_; }
-  [[nodiscard]] const MlpT& mlp() const { return mlp_; }
-  Norm& ln1() { return ln1_; }
-  Attn& attention() { return attn_; }
-  Norm& ln2() { return ln2_; }
-  MlpT& mlp() { return mlp_; }
-  void set_dropout_seed(std::uint64_t seed) {
-    cfg_.dropout_seed = seed;
-    drop_attn_.seed = drop_mlp_.seed = seed;
   }
 
   Forward forward(const Input& x) const {
@@ -163,16 +128,6 @@ class SequenceParallelBlock {
     return {reduce_norm(std::move(g.ln1)), std::move(g.attn), reduce_norm(std::move(g.ln2)), std::move(g.mlp)};
   }
 
-  /// Plain SGD. Takes ReducedGrads; handed the unreduced ParamGrads it does not compile: the
-  /// norms' update refuses a Partial gradient ([shardalg.E130]).
-  template <class G>
-  void sgd(const G& g, T lr) {
-    ln1_.sgd(g.ln1, lr);
-    attn_.sgd(g.attn, lr);
-    ln2_.sgd(g.ln2, lr);
-    mlp_.sgd(g.mlp, lr);
-  }
-
   /// γ ‖ β [1, 2h] Partial → one all_reduce → R, unpacked (h for RMSNorm).
   static typename Norm::template ParamGrads<Replicated> reduce_norm(typename Norm::template ParamGrads<RowSharded> g) {
     const Index h = g.dgamma.cols();
@@ -187,14 +142,6 @@ class SequenceParallelBlock {
     if (g.dbeta) out.dbeta = Sharded<T, Replicated, B>(B::copy_block(sum.local(), 0, h, 1, h), 1, h, grp);
     return out;
   }
-
- private:
-  BlockConfig cfg_;
-  Norm ln1_;
-  Attn attn_;
-  Norm ln2_;
-  MlpT mlp_;
-  Dropout drop_attn_, drop_mlp_;
 };
 
 }  // namespace shardalg::nn
