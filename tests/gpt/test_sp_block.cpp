@@ -19,21 +19,6 @@ using namespace lt;
 namespace {
 
 template <class T>
-nn::BlockMasters<M> block_masters(const BlockCase& bc, const ref::Block& rb) {
-  const bool center = bc.norm == nn::NormKind::layer, glu = bc.act == nn::Activation::swiglu;
-  const auto nb = [&](const M& m) -> const M* { return bc.bias ? &m : nullptr; };
-  nn::BlockMasters<M> m{&rb.ln1.gamma, center ? &rb.ln1.beta : nullptr, masters_of(rb.attn),
-                        &rb.ln2.gamma, center ? &rb.ln2.beta : nullptr,
-                        {&rb.mlp.w1, nb(rb.mlp.b1), glu ? &rb.mlp.wu : nullptr, glu ? nb(rb.mlp.bu) : nullptr,
-                         &rb.mlp.w2, nb(rb.mlp.b2)}};
-  m.attn.bq = nb(rb.attn.bq);
-  m.attn.bk = nb(rb.attn.bk);
-  m.attn.bv = nb(rb.attn.bv);
-  m.attn.bo = nb(rb.attn.bo);
-  return m;
-}
-
-template <class T>
 M ref_rnd(Index r, Index c, std::uint64_t s, double sc) {
   return rnd<T>(r, c, s, sc);
 }
@@ -48,7 +33,7 @@ Checks case_sp_block(const Group& g, const BlockCase& bc) {
   const std::string tag = std::string("sp_block.") + (center ? "ln" : "rms") + (glu ? ".swiglu" : ".gelu") + ".g" +
                           std::to_string(bc.groups);
   const auto rb = make_ref_block(bc, [](Index r, Index c, std::uint64_t s, double sc) { return ref_rnd<T>(r, c, s, sc); });
-  const auto blk = nn::SequenceParallelBlock<T>::from_dense(block_config(bc), block_masters<T>(bc, rb), g);
+  const auto blk = nn::SequenceParallelBlock<T>::from_dense(block_config(bc), block_masters(bc, rb), g);
   const M x = rnd<T>(kTokens, kHidden, 101), dy = rnd<T>(kTokens, kHidden, 102);
   const auto f = blk.forward(shard<RowSharded>(as<T>(x), g));
   const auto ro = ref::block_forward(rb, x);
@@ -155,7 +140,7 @@ SpLedger sp_ledger(const Group& comm, const BlockCase& bc) {
   const Group g = ledgered(comm, ledger);
   const int p = g.size();
   const auto rb = make_ref_block(bc, [](Index r, Index c, std::uint64_t s, double sc) { return ref_rnd<T>(r, c, s, sc); });
-  const auto masters = block_masters<T>(bc, rb);
+  const auto masters = block_masters(bc, rb);
   const auto sp = nn::SequenceParallelBlock<T>::from_dense(block_config(bc), masters, g);
   const auto plain = nn::TransformerBlock<T>::from_dense(block_config(bc), masters, g);
   const M x = rnd<T>(kTokens, kHidden, 101), dy = rnd<T>(kTokens, kHidden, 102);

@@ -311,8 +311,8 @@ inline nn::BlockConfig block_config(const BlockCase& bc) {
   return c;
 }
 
-template <class T>
-nn::TransformerBlock<T> make_block(const BlockCase& bc, const ref::Block& rb, const Group& g) {
+/// The dense block's weights as the masters a sharded block (plain or sequence-parallel) is made from.
+inline nn::BlockMasters<M> block_masters(const BlockCase& bc, const ref::Block& rb) {
   const bool center = bc.norm == nn::NormKind::layer, glu = bc.act == nn::Activation::swiglu;
   const auto nb = [&](const M& m) -> const M* { return bc.bias ? &m : nullptr; };
   nn::BlockMasters<M> m{&rb.ln1.gamma, center ? &rb.ln1.beta : nullptr, masters_of(rb.attn),
@@ -323,7 +323,12 @@ nn::TransformerBlock<T> make_block(const BlockCase& bc, const ref::Block& rb, co
   m.attn.bk = nb(rb.attn.bk);
   m.attn.bv = nb(rb.attn.bv);
   m.attn.bo = nb(rb.attn.bo);
-  return nn::TransformerBlock<T>::from_dense(block_config(bc), m, g);
+  return m;
+}
+
+template <class T>
+nn::TransformerBlock<T> make_block(const BlockCase& bc, const ref::Block& rb, const Group& g) {
+  return nn::TransformerBlock<T>::from_dense(block_config(bc), block_masters(bc, rb), g);
 }
 
 template <class T>
