@@ -7,6 +7,11 @@
 //   BM_shardalg_mlp_tp1        nn::Mlp on one rank (process 0 alone; process 1 idles)
 //   BM_shardalg_mlp_threads_tp2  nn::Mlp over ThreadComm, 2 thread ranks in process 0
 //   BM_shardalg_block_{tp1,tp2,threads_tp2}   nn::TransformerBlock likewise
+//   BM_shardalg_{mlp,block}_tp2_overlap       TP=2 over MPI with Overlap::on: f's backward all-reduce
+//                                             started before the weight-gradient GEMM (async dgrad)
+//   BM_shardalg_mlp_tp2_auto                  Overlap::automatic, after its calibration calls
+//   BM_column_backward_tp2/{0,1}              one ColumnParallelLinear backward, off / on, in the
+//                                             shape where the all-reduce weighs most (out = 128)
 //
 // m = 2048 tokens, h = 1024, ffn = 4h, GeLU (tanh); per-rank times are the maximum over ranks.
 #include <benchmark/benchmark.h>
@@ -130,6 +135,42 @@ void BM_shardalg_mlp_tp2(benchmark::State& st) {
   flops(st, mlp_flops());
 }
 
+// f's backward all-reduce overlapped with fc1's weight-gradient GEMM (MPI_Iallreduce + MPI_Test).
+void BM_shardalg_mlp_tp2_overlap(benchmark::State& st) {
+  Group g = MpiComm(MPI_COMM_WORLD);
+  auto mlp = make_mlp(g);
+  mlp.set_overlap({nn::Overlap::on, 4});
+  auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
+  timed(st, [&] { mlp_step(mlp, x); });
+  flops(st, mlp_flops());
+}
+// Overlap::automatic: the calibration calls run before the timed loop; the counter says what it chose.
+void BM_shardalg_mlp_tp2_auto(benchmark::State& st) {
+  Group g = MpiComm(MPI_COMM_WORLD);
+  auto mlp = make_mlp(g);
+  mlp.set_overlap({nn::Overlap::automatic, 4});
+  auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
+  for (int i = 0; i < 7; ++i) mlp_step(mlp, x);
+  timed(st, [&] { mlp_step(mlp, x); });
+  flops(st, mlp_flops());
+  st.counters["overlap_chosen"] = mlp.fc1().overlap_chosen().value_or(false) ? 1 : 0;
+}
+
+// One column-parallel backward (dX, f's all-reduce, dW, db): m = 2048, in = 1024, out = 128, so the
+// all-reduce of dX (8 MiB) is as large as it gets next to the GEMMs (2·m·in·out/P FLOP each).
+void BM_column_backward_tp2(benchmark::State& st) {
+  Group g = MpiComm(MPI_COMM_WORLD);
+  auto col = nn::ColumnParallelLinear<float>::init(kHidden, 128, true, g, nn::InitConfig{}.normal(), 1);
+  col.set_overlap({st.range(0) ? nn::Overlap::on : nn::Overlap::off, 4});
+  auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
+  auto f = col.forward(x);
+  timed(st, [&] {
+    auto gr = col.backward(f.cache, f.y);
+    benchmark::DoNotOptimize(gr.dx.local().data());
+  });
+  flops(st, 2 * 2.0 * kTokens * kHidden * 128 / world_size);
+}
+
 void BM_shardalg_mlp_tp1(benchmark::State& st) {
   Group g = SelfComm{};
   auto mlp = make_mlp(g);
@@ -193,6 +234,14 @@ void BM_shardalg_block_tp2(benchmark::State& st) {
   timed(st, [&] { block_step(b, x); });
   flops(st, block_flops());
 }
+void BM_shardalg_block_tp2_overlap(benchmark::State& st) {
+  Group g = MpiComm(MPI_COMM_WORLD);
+  auto b = make_block(g);
+  b.set_overlap({nn::Overlap::on, 4});
+  auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
+  timed(st, [&] { block_step(b, x); });
+  flops(st, block_flops());
+}
 void BM_shardalg_block_tp1(benchmark::State& st) {
   Group g = SelfComm{};
   auto b = make_block(g);
@@ -216,10 +265,15 @@ int main(int argc, char** argv) {
   manual(benchmark::RegisterBenchmark("BM_gemm_rate", BM_gemm_rate));
   manual(benchmark::RegisterBenchmark("BM_handwritten_mlp_tp2", BM_handwritten_mlp_tp2));
   manual(benchmark::RegisterBenchmark("BM_shardalg_mlp_tp2", BM_shardalg_mlp_tp2));
+  manual(benchmark::RegisterBenchmark("BM_shardalg_mlp_tp2_overlap", BM_shardalg_mlp_tp2_overlap));
+  manual(benchmark::RegisterBenchmark("BM_shardalg_mlp_tp2_auto", BM_shardalg_mlp_tp2_auto));
+  benchmark::RegisterBenchmark("BM_column_backward_tp2", BM_column_backward_tp2)
+      ->Arg(0)->Arg(1)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
   manual(benchmark::RegisterBenchmark("BM_shardalg_mlp_tp1", BM_shardalg_mlp_tp1));
   benchmark::RegisterBenchmark("BM_shardalg_mlp_threads_tp2", BM_shardalg_mlp_threads_tp2)
       ->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
   manual(benchmark::RegisterBenchmark("BM_shardalg_block_tp2", BM_shardalg_block_tp2));
+  manual(benchmark::RegisterBenchmark("BM_shardalg_block_tp2_overlap", BM_shardalg_block_tp2_overlap));
   manual(benchmark::RegisterBenchmark("BM_shardalg_block_tp1", BM_shardalg_block_tp1));
   benchmark::RegisterBenchmark("BM_shardalg_block_threads_tp2", BM_shardalg_block_threads_tp2)
       ->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -20,6 +20,49 @@ auto all_reduce(Sharded<T, L, B> x) {
   }
 }
 
+/// Z[Partial] → Z[R], started but not waited for: the block stays with the pending all-reduce
+/// until `wait()` hands it back as R. Drive progress with `test()` between pieces of independent
+/// work (a communicator without asynchronous all-reduce completes it at the start).
+template <class T, class B>
+class PendingAllReduce {
+ public:
+  using matrix = typename B::template matrix<T>;
+  PendingAllReduce(matrix local, Index rows, Index cols, Group g, const CallInfo& info)
+      : local_(std::move(local)), rows_(rows), cols_(cols), g_(std::move(g)) {
+    req_ = g_.iall_reduce(local_.data(), static_cast<std::size_t>(local_.size()), dtype_of<T>, ReduceOp::sum, info);
+  }
+  // The request points into the block's storage; a move hands over the storage itself (Eigen
+  // and DeviceMatrix move by pointer), so the address stays valid.
+  PendingAllReduce(PendingAllReduce&&) noexcept = default;
+  PendingAllReduce& operator=(PendingAllReduce&&) = delete;
+
+  /// Drive progress; true once complete.
+  bool test() { return req_.test(); }
+  /// Complete it: Z[R].
+  Sharded<T, Replicated, B> wait() && {
+    req_.wait();
+    return Sharded<T, Replicated, B>(std::move(local_), rows_, cols_, std::move(g_));
+  }
+
+ private:
+  matrix local_;
+  Index rows_, cols_;
+  Group g_;
+  Request req_;  // declared last: destroyed (waited for) before local_
+};
+
+/// Start all_reduce(Z[Partial]) → Z[R]; the ledger records it as the all_reduce it is.
+template <class T, class L, class B>
+auto all_reduce_start(Sharded<T, L, B> x) {
+  if constexpr (!std::is_same_v<L, Partial>) {
+    return diagnose<Diag::all_reduce_input>();
+  } else {
+    const Index r = x.rows(), c = x.cols();
+    Group g = x.group();
+    return PendingAllReduce<T, B>(std::move(x).local(), r, c, std::move(g), CallInfo{"Partial", "R"});
+  }
+}
+
 namespace adjoint {
 /// Backward of all_reduce: dZ[R] → dZ_r[R] for every summand, no communication.
 template <class T, class B>

@@ -12,6 +12,12 @@
 //   broadcast(buf, n, root)          buf := root's buf
 //   send / recv (point to point)     for pipeline stages
 //
+// Optionally, a communicator may start an all-reduce without waiting for it (AsyncAllReduce):
+//
+//   iall_reduce(buf, n) → Request    buf is Σ_ranks once the Request completes; test() drives
+//                                    progress, wait() finishes it. Group falls back to the
+//                                    blocking call (and a completed Request) for the others.
+//
 // Every call may carry a `CallInfo` (the layouts it moves between); a decorator such as the
 // ledger reads it, a plain backend ignores it.
 #pragma once
@@ -70,6 +76,67 @@ concept Communicator = requires(C& c, const C& cc, void* p, const void* cp, std:
   c.barrier();
 };
 
+/// A collective in flight. `test()` drives its progress and says whether it has completed;
+/// `wait()` blocks until it has. A default-constructed Request is complete. Move-only; destroying
+/// (or assigning over) an incomplete Request waits for it first, so its buffer is never freed
+/// under a transfer.
+class Request {
+ public:
+  Request() = default;
+  /// `Impl` has `bool test()` and `void wait()`.
+  template <class Impl>
+    requires(!std::same_as<std::remove_cvref_t<Impl>, Request>)
+  explicit Request(Impl impl) : impl_(std::make_unique<Model<Impl>>(std::move(impl))) {}
+  Request(Request&&) noexcept = default;
+  Request& operator=(Request&& o) noexcept {
+    if (this != &o) {
+      wait();
+      impl_ = std::move(o.impl_);
+    }
+    return *this;
+  }
+  ~Request() { wait(); }
+
+  [[nodiscard]] bool done() const { return impl_ == nullptr; }
+  bool test() {
+    if (impl_ && impl_->test()) impl_.reset();
+    return done();
+  }
+  void wait() {
+    if (!impl_) return;
+    auto impl = std::move(impl_);
+    impl->wait();
+  }
+
+ private:
+  struct Iface {
+    virtual ~Iface() = default;
+    virtual bool test() = 0;
+    virtual void wait() = 0;
+  };
+  template <class Impl>
+  struct Model final : Iface {
+    Impl impl;
+    explicit Model(Impl i) : impl(std::move(i)) {}
+    bool test() override { return impl.test(); }
+    void wait() override { impl.wait(); }
+  };
+  std::unique_ptr<Iface> impl_;
+};
+
+/// A communicator that can start an all-reduce and return before it completes.
+template <class C>
+concept AsyncAllReduce = requires(C& c, void* p, std::size_t n, DType t, ReduceOp op) {
+  { c.iall_reduce(p, n, t, op) } -> std::same_as<Request>;
+};
+
+/// Whether a communicator (or a decorator around one) really starts all-reduces asynchronously.
+template <class C>
+constexpr bool async_all_reduce(const C& c) {
+  if constexpr (requires { c.async_all_reduce(); }) return c.async_all_reduce();
+  else return AsyncAllReduce<C>;
+}
+
 class Ledger;
 
 /// A communicator that understands CallInfo (a decorator) has these overloads too.
@@ -124,6 +191,15 @@ class Group {
   }
   void barrier() { impl_->barrier(); }
 
+  /// Start buf[n] := Σ_ranks buf[n]; the result is there once the Request completes. Every rank
+  /// must start it (it matches the other ranks' iall_reduce, not their all_reduce). Without an
+  /// asynchronous backend this runs the blocking all-reduce and returns a completed Request.
+  [[nodiscard]] Request iall_reduce(void* buf, std::size_t n, DType t, ReduceOp op, const CallInfo& info = {}) {
+    return impl_->iall_reduce(buf, n, t, op, info);
+  }
+  /// Whether iall_reduce really returns before the all-reduce completes.
+  [[nodiscard]] bool async_all_reduce() const { return impl_->async_all_reduce(); }
+
   // Typed conveniences.
   template <class T>
   void all_reduce(T* buf, std::size_t n, ReduceOp op = ReduceOp::sum, const CallInfo& info = {}) {
@@ -162,6 +238,8 @@ class Group {
     virtual void send(const void*, std::size_t, DType, int, const CallInfo&) = 0;
     virtual void recv(void*, std::size_t, DType, int, const CallInfo&) = 0;
     virtual void barrier() = 0;
+    virtual Request iall_reduce(void*, std::size_t, DType, ReduceOp, const CallInfo&) = 0;
+    virtual bool async_all_reduce() const = 0;
   };
 
   template <class C>
@@ -206,6 +284,17 @@ class Group {
       else c.recv(b, n, t, peer);
     }
     void barrier() override { c.barrier(); }
+    Request iall_reduce(void* b, std::size_t n, DType t, ReduceOp op, const CallInfo& i) override {
+      if constexpr (requires { c.iall_reduce(b, n, t, op, i); }) {
+        return c.iall_reduce(b, n, t, op, i);
+      } else if constexpr (AsyncAllReduce<C>) {
+        return c.iall_reduce(b, n, t, op);
+      } else {
+        all_reduce(b, n, t, op, i);
+        return {};
+      }
+    }
+    bool async_all_reduce() const override { return shardalg::async_all_reduce(c); }
   };
 
   std::shared_ptr<Iface> impl_;

@@ -173,6 +173,20 @@ class Ledgered {
   }
   void barrier() { inner_.barrier(); }
 
+  /// Recorded as the all_reduce it is, when it starts.
+  [[nodiscard]] Request iall_reduce(void* b, std::size_t n, DType t, ReduceOp op, const CallInfo& i = {}) {
+    ledger_->record(CollectiveKind::all_reduce, n, t, i, size());
+    if constexpr (requires { inner_.iall_reduce(b, n, t, op, i); }) {
+      return inner_.iall_reduce(b, n, t, op, i);
+    } else if constexpr (AsyncAllReduce<C>) {
+      return inner_.iall_reduce(b, n, t, op);
+    } else {
+      forward([&](auto& c, const auto&... info) { c.all_reduce(b, n, t, op, info...); }, i);
+      return {};
+    }
+  }
+  [[nodiscard]] bool async_all_reduce() const { return shardalg::async_all_reduce(inner_); }
+
  private:
   // Pass the CallInfo on when the inner communicator is itself a decorator.
   template <class F>

@@ -100,6 +100,15 @@ class MpiComm {
     detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, count(n), detail::mpi_type(t), detail::mpi_op(op), *comm_),
                       "MPI_Allreduce");
   }
+  /// MPI_Iallreduce in place. Open MPI progresses it inside MPI calls: the Request's test()
+  /// is where the work happens when no progress thread or offloading network does it.
+  [[nodiscard]] Request iall_reduce(void* buf, std::size_t n, DType t, ReduceOp op) {
+    MpiRequest r;
+    detail::mpi_check(
+        MPI_Iallreduce(MPI_IN_PLACE, buf, count(n), detail::mpi_type(t), detail::mpi_op(op), *comm_, &r.req),
+        "MPI_Iallreduce");
+    return Request(r);
+  }
   void all_gather(const void* send, void* recv, std::size_t n, DType t) {
     const auto ty = detail::mpi_type(t);
     const void* in_place = static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * n * size_of(t);
@@ -136,6 +145,16 @@ class MpiComm {
   void barrier() { detail::mpi_check(MPI_Barrier(*comm_), "MPI_Barrier"); }
 
  private:
+  struct MpiRequest {
+    MPI_Request req = MPI_REQUEST_NULL;
+    bool test() {
+      int flag = 0;
+      detail::mpi_check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+      return flag != 0;
+    }
+    void wait() { detail::mpi_check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait"); }
+  };
+
   explicit MpiComm(std::shared_ptr<MPI_Comm> owned) : comm_(std::move(owned)) {
     detail::mpi_check(MPI_Comm_rank(*comm_, &rank_), "MPI_Comm_rank");
     detail::mpi_check(MPI_Comm_size(*comm_, &size_), "MPI_Comm_size");
@@ -189,6 +208,6 @@ class MpiComm {
   ReduceScatterAlgorithm rs_algo_ = ReduceScatterAlgorithm::ring;
 };
 
-static_assert(Communicator<MpiComm>);
+static_assert(Communicator<MpiComm> && AsyncAllReduce<MpiComm>);
 
 }  // namespace shardalg

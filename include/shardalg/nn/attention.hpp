@@ -193,16 +193,17 @@ class Attention {
   }
 
   Grads backward(const Cache& c, const Input& dz) const {
-    auto g = backward_partial(c, dz);
-    return {adjoint::copy_to(std::move(g.dx)), std::move(g.params)};  // f's adjoint: all_reduce → R
+    auto g2 = proj_.backward(c.proj, dz);  // dO[C]
+    auto g1 = qkv_.backward(c.qkv_in, attention_grad(c, g2.dh));  // f's adjoint: all_reduce → dX[R]
+    if (lay_.replicated_kv()) sync_replicated_kv(g1.params);
+    return {std::move(g1.dx), {std::move(g1.params), std::move(g2.params)}};
   }
+  /// Overlap f's backward all-reduce with the QKV weight-gradient GEMM (ColumnParallelLinear).
+  void set_overlap(OverlapConfig o) { qkv_.set_overlap(o); }
   /// dZ[R] (the whole cotangent) → dX[Partial] before f's all-reduce, and the parameter gradients.
   PartialGrads backward_partial(const Cache& c, const Input& dz) const {
     auto g2 = proj_.backward(c.proj, dz);  // dO[C]
-    const auto shape = attn_shape(dz.rows());
-    Sharded<T, ColSharded, B> dqkv(Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, g2.dh.local(), shape),
-                                   c.qkv.rows(), c.qkv.cols(), c.qkv.group());
-    auto g1 = qkv_.backward_partial(c.qkv_in, dqkv);  // dX[Partial]
+    auto g1 = qkv_.backward_partial(c.qkv_in, attention_grad(c, g2.dh));  // dX[Partial]
     if (lay_.replicated_kv()) sync_replicated_kv(g1.params);
     return {std::move(g1.dx), {std::move(g1.params), std::move(g2.params)}};
   }
@@ -215,6 +216,11 @@ class Attention {
  private:
   AttnShape attn_shape(Index rows) const {
     return {rows / cfg_.seq, cfg_.seq, lay_.units(), lay_.q_per_unit(), lay_.head_dim};
+  }
+  /// dO[C] → dQKV[C]: the local heads' attention backward (no communication).
+  Sharded<T, ColSharded, B> attention_grad(const Cache& c, const Sharded<T, ColSharded, B>& dout) const {
+    return {Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), attn_shape(dout.rows())),
+            c.qkv.rows(), c.qkv.cols(), c.qkv.group()};
   }
 
   /// Sum the K/V weight (and bias) gradient columns over the ranks that hold copies of a group.

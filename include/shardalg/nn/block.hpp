@@ -187,6 +187,12 @@ class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B>
     return {std::move(y), Cache{std::move(l1.cache), std::move(a.cache), std::move(l2.cache), std::move(m.cache)}};
   }
 
+  /// Overlap each f's backward all-reduce (QKV, fc1) with its weight-gradient GEMM.
+  void set_overlap(OverlapConfig o) {
+    attn_.set_overlap(o);
+    mlp_.set_overlap(o);
+  }
+
   Grads backward(const Cache& c, const Input& dy) const {
     auto gm = [&] {
       auto s = detail::maybe_scope(dy.group(), "mlp");

@@ -6,6 +6,8 @@
 //             optional gather: all_gather Y[C] → Y[R]
 //   backward  dX = dY[C] · Wᵀ[Row] → dX[Partial];  f's adjoint: all_reduce → dX[R]
 //             dW = Xᵀ[R] · dY[C] → dW[C];  db = col_sum(dY[C]) → db[C]     (local)
+//   overlap   (Megatron's async dgrad, opt-in) dX first, start its all-reduce, then dW as
+//             Σ_k X[k]ᵀ · dY[k] over token chunks, driving the all-reduce between chunks
 //
 // RowParallelLinear (W split by input rows, bias replicated, added once after the reduction):
 //   forward   H[C] · W[Row] → Z[Partial];  g: all_reduce → Z[R];  Z[R] + b[R] → Z[R]
@@ -15,6 +17,8 @@
 //             (split input: split's adjoint all_gather dH[C] → dX[R])
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,11 +44,41 @@ inline void require_divisible(std::string_view layer, std::string_view what, Ind
 inline void require_cols(std::string_view layer, Index got, Index want) {
   if (got != want) throw ShapeError(cat(layer, ": input has ", got, " columns, expected ", want));
 }
+/// The Overlap::automatic decision: after one warm-up call, time the two schedules alternately
+/// for `trials` calls each, take the maximum over ranks (one 2-value all-reduce, not counted by
+/// the ledger: it is not the algebra's traffic) and keep the faster schedule from then on.
+struct OverlapTuner {
+  int trials = 3;
+  int calls = 0;
+  double total[2] = {0, 0};  // [sequential, overlapped] seconds
+  int choice = -1;           // −1 undecided, 0 sequential, 1 overlapped
+
+  [[nodiscard]] bool next_overlapped() const { return choice >= 0 ? choice == 1 : calls > 0 && calls % 2 == 0; }
+  void record(bool overlapped, double seconds, Group g) {
+    if (choice >= 0) return;
+    if (calls > 0) total[overlapped ? 1 : 0] += seconds;
+    if (++calls < 1 + 2 * trials) return;
+    double t[2] = {total[0], total[1]};
+    g.all_reduce(t, 2, ReduceOp::max, CallInfo{"calibration", "calibration", true});
+    choice = t[1] < t[0] ? 1 : 0;
+  }
+};
 /// Column map of an unfused weight.
 struct IdentityMap {
   LogicalCol operator()(Index c) const { return {0, c}; }
 };
 }  // namespace detail
+
+/// How ColumnParallelLinear::backward schedules f's all-reduce of dX against the weight-gradient
+/// GEMM. `off`: dX, dW, then the all-reduce. `on`: dX, start the all-reduce, dW in `chunks`
+/// GEMMs over token blocks with a progress call after each, wait. `automatic`: `on` and `off`
+/// timed against each other on the first calls (OverlapTuner), the faster kept; `off` at once
+/// when the group cannot start an all-reduce asynchronously (ThreadComm, SelfComm).
+enum class Overlap { off, on, automatic };
+struct OverlapConfig {
+  Overlap mode = Overlap::off;
+  int chunks = 4;
+};
 
 template <Element T, class B = CpuBackend>
 class ColumnParallelLinear {
@@ -137,10 +171,55 @@ class ColumnParallelLinear {
     if (b_) db = col_sum(dy);  // C → C
     return {std::move(dx), {std::move(dw), std::move(db)}};
   }
-  /// dY[C] → dX[R]: f's adjoint all-reduces the Partial input gradient.
+  /// dY[C] → dX[R]: f's adjoint all-reduces the Partial input gradient, overlapped with the
+  /// weight-gradient GEMM when set_overlap asks for it.
   Grads backward(const Cache& c, const Output& dy) const {
-    auto g = backward_partial(c, dy);
-    return {adjoint::copy_to(std::move(g.dx)), std::move(g.params)};
+    Group g = dy.group();
+    if (overlap_.mode == Overlap::automatic && tuner_.choice < 0 && (g.size() == 1 || !g.async_all_reduce()))
+      tuner_.choice = 0;  // nothing to overlap with: sequential, no calibration
+    if (g.size() == 1 || overlap_.mode == Overlap::off || (overlap_.mode == Overlap::automatic && tuner_.choice == 0)) {
+      auto pg = backward_partial(c, dy);
+      return {adjoint::copy_to(std::move(pg.dx)), std::move(pg.params)};
+    }
+    if (overlap_.mode == Overlap::on) return backward_overlapped(c, dy);
+    const bool overlapped = tuner_.next_overlapped();
+    const auto t0 = std::chrono::steady_clock::now();
+    Grads out = overlapped ? backward_overlapped(c, dy) : [&] {
+      auto pg = backward_partial(c, dy);
+      return Grads{adjoint::copy_to(std::move(pg.dx)), std::move(pg.params)};
+    }();
+    tuner_.record(overlapped, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), g);
+    return out;
+  }
+  /// The overlap schedule (Overlap::on, whatever the group):
+  ///   dX = dY[C] · Wᵀ[Row] → Partial;  start all_reduce → dX[R]   (f's adjoint, in flight)
+  ///   dW = Σ_k X[k]ᵀ[R] · dY[k][C] → C, k over `chunks` token blocks, test() after each
+  ///   db = col_sum(dY[C]);  wait → dX[R]
+  Grads backward_overlapped(const Cache& c, const Output& dy) const {
+    auto pending = all_reduce_start(Sharded<T, Partial, B>(matmul(dy, transpose(w_))));
+    const Index m = dy.rows(), step = std::max<Index>(1, (m + overlap_.chunks - 1) / std::max(1, overlap_.chunks));
+    auto xt = B::view(c.x.local(), true);  // Xᵀ: [in, m]
+    auto vdy = B::view(dy.local());        // dY's block: [m, out/P]
+    auto dw = m == 0 ? B::template zeros<T>(w_.rows(), dy.local().cols()) : B::template empty<T>(w_.rows(), dy.local().cols());
+    for (Index k0 = 0; k0 < m; k0 += step) {
+      const Index len = std::min(step, m - k0);
+      B::gemm(T(1), xt.slice_cols(k0, len), vdy.slice_rows(k0, len), k0 == 0 ? T(0) : T(1), dw);
+      pending.test();
+    }
+    std::optional<Bias> db;
+    if (b_) db = col_sum(dy);
+    return {std::move(pending).wait(), {Weight(std::move(dw), w_.rows(), w_.cols(), dy.group()), std::move(db)}};
+  }
+  void set_overlap(OverlapConfig o) {
+    if (o.chunks < 1) throw ShapeError(detail::cat(name_, ": overlap chunks ", o.chunks, " must be at least 1"));
+    overlap_ = o;
+    tuner_ = {};
+  }
+  [[nodiscard]] OverlapConfig overlap() const { return overlap_; }
+  /// Overlap::automatic's decision so far: nullopt while calibrating (or in another mode).
+  [[nodiscard]] std::optional<bool> overlap_chosen() const {
+    if (overlap_.mode != Overlap::automatic || tuner_.choice < 0) return std::nullopt;
+    return tuner_.choice == 1;
   }
   /// Backward of forward_gathered: all_gather's adjoint on an R cotangent is split (free).
   Grads backward_gathered(const Cache& c, const Sharded<T, Replicated, B>& dy) const {
@@ -156,6 +235,8 @@ class ColumnParallelLinear {
   Weight w_;
   std::optional<Bias> b_;
   std::string name_;
+  OverlapConfig overlap_;
+  mutable detail::OverlapTuner tuner_;
 };
 
 template <Element T, class B = CpuBackend>

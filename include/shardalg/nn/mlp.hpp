@@ -154,9 +154,13 @@ class Mlp {
   }
 
   Grads backward(const Cache& c, const Input& dz) const {
-    auto g = backward_partial(c, dz);
-    return {adjoint::copy_to(std::move(g.dx)), std::move(g.params)};  // f's adjoint: all_reduce → R
+    auto g2 = fc2_.backward(c.fc2, dz);  // dA[C], dW2[Row], db2[R]
+    Sharded<T, ColSharded, B> dh = activate_grad(c.h, g2.dh);
+    auto g1 = fc1_.backward(c.fc1, dh);  // f's adjoint: all_reduce → dX[R] (overlapped with dW1 if set)
+    return {std::move(g1.dx), {std::move(g1.params), std::move(g2.params)}};
   }
+  /// Overlap f's backward all-reduce with fc1's weight-gradient GEMM (ColumnParallelLinear).
+  void set_overlap(OverlapConfig o) { fc1_.set_overlap(o); }
   /// dZ[R] (the whole cotangent) → dX[Partial] before f's all-reduce, and the parameter gradients.
   PartialGrads backward_partial(const Cache& c, const Input& dz) const {
     auto g2 = fc2_.backward(c.fc2, dz);  // dA[C], dW2[Row], db2[R]
