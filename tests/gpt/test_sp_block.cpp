@@ -35,10 +35,10 @@ Checks case_sp_block(const Group& g, const BlockCase& bc) {
   const auto rb = make_ref_block(bc, [](Index r, Index c, std::uint64_t s, double sc) { return ref_rnd<T>(r, c, s, sc); });
   const auto blk = nn::SequenceParallelBlock<T>::from_dense(block_config(bc), block_masters(bc, rb), g);
   const M x = rnd<T>(kTokens, kHidden, 101), dy = rnd<T>(kTokens, kHidden, 102);
-  const auto f = blk.forward(shard<RowSharded>(as<T>(x), g));
+  const auto f = blk.forward(shard_as<RowSharded, T, CpuBackend>(x, g));
   const auto ro = ref::block_forward(rb, x);
   add(cs, tag + ".y", f.y, ro.y);
-  const auto gr = blk.backward(f.cache, shard<RowSharded>(as<T>(dy), g));
+  const auto gr = blk.backward(f.cache, shard_as<RowSharded, T, CpuBackend>(dy, g));
   const auto rg = ref::block_backward(rb, x, ro, dy);
   add(cs, tag + ".dx", gr.dx, rg.dx);
   // The norm gradients come out Partial; their dense value (Σ over ranks) is already the gradient.
@@ -52,7 +52,7 @@ Checks case_sp_block(const Group& g, const BlockCase& bc) {
     add(cs, tag + ".ln1.dbeta", *red.ln1.dbeta, rg.ln1.dbeta);
     add(cs, tag + ".ln2.dbeta", *red.ln2.dbeta, rg.ln2.dbeta);
   }
-  add_attn_grads<T>(cs, tag + ".attn", red.attn, rg.attn, bc.groups, p, bc.bias);
+  add_attn_grads<T, CpuBackend>(cs, tag + ".attn", red.attn, rg.attn, bc.groups, p, bc.bias);
   const auto& pm = red.mlp;
   add(cs, tag + ".mlp.dw1", pm.fc1.dw, glu ? swiglu_physical(rg.mlp.dw1, rg.mlp.dwu, p) : rg.mlp.dw1);
   add(cs, tag + ".mlp.dw2", pm.fc2.dw, rg.mlp.dw2);
@@ -149,12 +149,12 @@ SpLedger sp_ledger(const Group& comm, const BlockCase& bc) {
   M y_sp, y_plain;
   {
     auto sc = ledger.scope("sp.fwd");
-    auto f = sp.forward(shard<RowSharded>(as<T>(x), g));
+    auto f = sp.forward(shard_as<RowSharded, T, CpuBackend>(x, g));
     s.held_sp = sbytes<T>(f.y);
     s.cache_sp = cache_bytes<T>(f.cache, &s.ln_dropout_sp);
     y_sp = to_dense(f.y).template cast<double>();
     auto sb = ledger.scope("bwd");
-    spg = sp.backward(f.cache, shard<RowSharded>(as<T>(dy), g)).params;
+    spg = sp.backward(f.cache, shard_as<RowSharded, T, CpuBackend>(dy, g)).params;
   }
   {
     auto sc = ledger.scope("sp.step");
@@ -162,12 +162,12 @@ SpLedger sp_ledger(const Group& comm, const BlockCase& bc) {
   }
   {
     auto sc = ledger.scope("plain.fwd");
-    auto f = plain.forward(shard<Replicated>(as<T>(x), g));
+    auto f = plain.forward(shard_as<Replicated, T, CpuBackend>(x, g));
     s.held_plain = sbytes<T>(f.y);
     s.cache_plain = cache_bytes<T>(f.cache, &s.ln_dropout_plain);
     y_plain = to_dense(f.y).template cast<double>();
     auto sb = ledger.scope("bwd");
-    (void)plain.backward(f.cache, shard<Replicated>(as<T>(dy), g));
+    (void)plain.backward(f.cache, shard_as<Replicated, T, CpuBackend>(dy, g));
   }
   s.same_output = compare(y_sp, y_plain).within(tol<T>);
   for (const auto& e : ledger.entries()) {

@@ -1,6 +1,8 @@
 // tests/layers/cases.hpp — each layer run sharded on a group and compared with its dense twin
-// (reference.hpp). Shared by the thread-world tests and the MPI tests: a case returns its checks,
-// and the caller asserts them on the test's own thread.
+// (reference.hpp). Shared by the thread-world tests, the MPI tests and the GPU tests: a case is
+// templated on the element type T and the backend B (CpuBackend by default; tests/cuda/
+// test_layers.cu instantiates the same cases with cuda::CudaBackend, float and bf16), returns its
+// checks, and the caller asserts them on the test's own thread with its own tolerance.
 #pragma once
 
 #include <algorithm>
@@ -30,20 +32,37 @@ template <class T>
 inline constexpr double tol = std::is_same_v<T, double> ? 1e-12 : 1e-5;
 
 /// A dense double matrix of uniform reals in [-scale, scale), rounded to T so that the sharded
-/// float run and the double reference start from the same values.
+/// run and the double reference start from the same values (T may be a storage-only type such
+/// as bf16: anything constructible from double and convertible back).
 template <class T>
 M rnd(Index r, Index c, std::uint64_t seed, double scale = 1.0) {
   const testing::Mat<double> m = testing::random_real<double>(r, c, seed) * scale;
-  return m.cast<T>().template cast<double>();
+  return m.unaryExpr([](double v) { return static_cast<double>(static_cast<T>(v)); });
 }
-template <class T>
-testing::Mat<T> as(const M& m) {
-  return m.cast<T>();
+
+/// This rank's share of the dense matrix m (already rounded to T) as Sharded<T, L, B>: through
+/// the core's shard<L> where Eigen holds T, else (16-bit storage) through nn::from_global, which
+/// builds the same local block element by element on the backend.
+template <class L, class T, class B>
+Sharded<T, L, B> shard_as(const M& m, const Group& g) {
+  if constexpr (std::is_arithmetic_v<T>) return shard<L, testing::Mat<T>, B>(testing::Mat<T>(m.cast<T>()), g);
+  else return nn::from_global<T, L, B>(m.rows(), m.cols(), g, [&](Index i, Index j) { return m(i, j); });
+}
+
+/// A Partial value whose summands are m on rank 0 and zero elsewhere (built by hand: see the
+/// report on shard<Partial>).
+template <class T, class B>
+Sharded<T, Partial, B> partial_on_rank0(const M& m, const Group& g) {
+  const bool mine = g.rank() == 0;
+  auto local = nn::Kernels<B>::template generate<T>(m.rows(), m.cols(), [&](Index i, Index j) {
+    return static_cast<T>(mine ? m(i, j) : 0.0);
+  });
+  return Sharded<T, Partial, B>(std::move(local), m.rows(), m.cols(), g);
 }
 
 template <class S>
 void add(Checks& cs, std::string name, const S& actual, const M& expected) {
-  cs.push_back({std::move(name), compare(to_dense(actual), expected)});
+  cs.push_back({std::move(name), compare(actual, expected)});  // gathers, then B::to_host
 }
 
 using ref::hcat;
@@ -64,17 +83,17 @@ inline std::vector<Index> valid_groups(int p) {
 }
 
 // ---- linear layers ------------------------------------------------------------------------------
-template <class T>
+template <class T, class B = CpuBackend>
 Checks case_linear(const Group& g) {
   Checks cs;
   const M x = rnd<T>(kTokens, kHidden, 11), w = rnd<T>(kHidden, kFfn, 12, 0.3), b = rnd<T>(1, kFfn, 13);
   const M dy = rnd<T>(kTokens, kFfn, 14);
-  auto col = nn::ColumnParallelLinear<T>::from_dense(w, &b, g);
-  const auto X = shard<Replicated>(as<T>(x), g);
+  auto col = nn::ColumnParallelLinear<T, B>::from_dense(w, &b, g);
+  const auto X = shard_as<Replicated, T, B>(x, g);
   const auto f = col.forward(X);
   add(cs, "col.y", f.y, ref::linear(x, w, b));
   const auto rg = ref::linear_backward(x, w, dy);
-  const auto dY = shard<ColSharded>(as<T>(dy), g);
+  const auto dY = shard_as<ColSharded, T, B>(dy, g);
   const auto gr = col.backward(f.cache, dY);
   add(cs, "col.dx", gr.dx, rg.dx);
   add(cs, "col.dw", gr.params.dw, rg.dw);
@@ -83,7 +102,7 @@ Checks case_linear(const Group& g) {
   add(cs, "col.dx_partial", gp.dx, rg.dx);
   const auto fg = col.forward_gathered(X);
   add(cs, "col.gathered.y", fg.y, ref::linear(x, w, b));
-  const auto gg = col.backward_gathered(fg.cache, shard<Replicated>(as<T>(dy), g));
+  const auto gg = col.backward_gathered(fg.cache, shard_as<Replicated, T, B>(dy, g));
   add(cs, "col.gathered.dx", gg.dx, rg.dx);
   add(cs, "col.gathered.dw", gg.params.dw, rg.dw);
   auto col2 = col;
@@ -93,16 +112,16 @@ Checks case_linear(const Group& g) {
 
   const M h = rnd<T>(kTokens, kFfn, 15), w2 = rnd<T>(kFfn, kHidden, 16, 0.3), b2 = rnd<T>(1, kHidden, 17);
   const M dz = rnd<T>(kTokens, kHidden, 18);
-  auto row = nn::RowParallelLinear<T>::from_dense(w2, &b2, g);
-  const auto fr = row.forward(shard<ColSharded>(as<T>(h), g));
+  auto row = nn::RowParallelLinear<T, B>::from_dense(w2, &b2, g);
+  const auto fr = row.forward(shard_as<ColSharded, T, B>(h, g));
   add(cs, "row.z", fr.z, ref::linear(h, w2, b2));
   const auto rr = ref::linear_backward(h, w2, dz);
-  const auto dZ = shard<Replicated>(as<T>(dz), g);
+  const auto dZ = shard_as<Replicated, T, B>(dz, g);
   const auto grr = row.backward(fr.cache, dZ);
   add(cs, "row.dh", grr.dh, rr.dx);
   add(cs, "row.dw", grr.params.dw, rr.dw);
   add(cs, "row.db", *grr.params.db, rr.db);
-  const auto fs = row.forward_split(shard<Replicated>(as<T>(h), g));
+  const auto fs = row.forward_split(shard_as<Replicated, T, B>(h, g));
   add(cs, "row.split.z", fs.z, ref::linear(h, w2, b2));
   const auto gs = row.backward_split(fs.cache, dZ);
   add(cs, "row.split.dx", gs.dx, rr.dx);
@@ -120,7 +139,7 @@ inline ref::Act to_ref(nn::Activation a) {
                                           : ref::Act::swiglu;
 }
 
-template <class T>
+template <class T, class B = CpuBackend>
 Checks case_mlp(const Group& g, nn::Activation act) {
   Checks cs;
   const int p = g.size();
@@ -130,11 +149,11 @@ Checks case_mlp(const Group& g, nn::Activation act) {
   const M x = rnd<T>(kTokens, kHidden, 27), dz = rnd<T>(kTokens, kHidden, 28);
   const nn::MlpConfig cfg{kHidden, kFfn, act, true};
   const nn::MlpMasters<M> masters{&rm.w1, &rm.b1, glu ? &rm.wu : nullptr, glu ? &rm.bu : nullptr, &rm.w2, &rm.b2};
-  const auto mlp = nn::Mlp<T>::from_dense(cfg, masters, g);
-  const auto f = mlp.forward(shard<Replicated>(as<T>(x), g));
+  const auto mlp = nn::Mlp<T, B>::from_dense(cfg, masters, g);
+  const auto f = mlp.forward(shard_as<Replicated, T, B>(x, g));
   const auto ro = ref::mlp_forward(rm, x);
   add(cs, "mlp.z", f.z, ro.z);
-  const auto gr = mlp.backward(f.cache, shard<Replicated>(as<T>(dz), g));
+  const auto gr = mlp.backward(f.cache, shard_as<Replicated, T, B>(dz, g));
   const auto rg = ref::mlp_backward(rm, x, ro, dz);
   add(cs, "mlp.dx", gr.dx, rg.dx);
   add(cs, "mlp.dw1", gr.params.fc1.dw, glu ? swiglu_physical(rg.dw1, rg.dwu, p) : rg.dw1);
@@ -145,7 +164,7 @@ Checks case_mlp(const Group& g, nn::Activation act) {
 }
 
 // ---- norms ----------------------------------------------------------------------------------------------
-template <class T>
+template <class T, class B = CpuBackend>
 Checks case_norm(const Group& g, nn::NormKind kind) {
   Checks cs;
   const bool center = kind == nn::NormKind::layer;
@@ -160,35 +179,35 @@ Checks case_norm(const Group& g, nn::NormKind kind) {
   const auto ro = ref::norm_forward(rn, x);
   const auto rg = ref::norm_backward(rn, ro, dy);
 
-  const auto ln = nn::LayerNorm<T>::from_dense(gamma, center ? &beta : nullptr, kind, g, T(kEps));
+  const auto ln = nn::LayerNorm<T, B>::from_dense(gamma, center ? &beta : nullptr, kind, g, T(kEps));
   {  // X[R]: the parameter gradients are R
-    const auto f = ln.forward(shard<Replicated>(as<T>(x), g));
+    const auto f = ln.forward(shard_as<Replicated, T, B>(x, g));
     add(cs, tag + ".R.y", f.y, ro.y);
-    const auto gr = ln.backward(f.cache, shard<Replicated>(as<T>(dy), g));
+    const auto gr = ln.backward(f.cache, shard_as<Replicated, T, B>(dy, g));
     static_assert(std::is_same_v<typename std::decay_t<decltype(gr.params.dgamma)>::layout, Replicated>);
     add(cs, tag + ".R.dx", gr.dx, rg.dx);
     add(cs, tag + ".R.dgamma", gr.params.dgamma, rg.dgamma);
     if (center) add(cs, tag + ".R.dbeta", *gr.params.dbeta, rg.dbeta);
   }
   {  // X[Row]: the parameter gradients are Partial until all-reduced
-    const auto f = ln.forward(shard<RowSharded>(as<T>(x), g));
+    const auto f = ln.forward(shard_as<RowSharded, T, B>(x, g));
     add(cs, tag + ".Row.y", f.y, ro.y);
-    const auto gr = ln.backward(f.cache, shard<RowSharded>(as<T>(dy), g));
+    const auto gr = ln.backward(f.cache, shard_as<RowSharded, T, B>(dy, g));
     static_assert(std::is_same_v<typename std::decay_t<decltype(gr.params.dgamma)>::layout, Partial>);
     add(cs, tag + ".Row.dx", gr.dx, rg.dx);
     add(cs, tag + ".Row.dgamma", gr.params.dgamma, rg.dgamma);
     if (center) add(cs, tag + ".Row.dbeta", *gr.params.dbeta, rg.dbeta);
     auto ln2 = ln;
-    typename nn::LayerNorm<T>::template ParamGrads<Replicated> reduced{all_reduce(gr.params.dgamma), std::nullopt};
+    typename nn::LayerNorm<T, B>::template ParamGrads<Replicated> reduced{all_reduce(gr.params.dgamma), std::nullopt};
     if (center) reduced.dbeta = all_reduce(*gr.params.dbeta);
     ln2.sgd(reduced, T(0.5));
     add(cs, tag + ".Row.sgd.gamma", ln2.gamma(), gamma - 0.5 * rg.dgamma);
   }
   {  // X[C]: parallel statistics
-    const auto pln = nn::ParallelLayerNorm<T>::from_dense(gamma, center ? &beta : nullptr, kind, g, T(kEps));
-    const auto f = pln.forward(shard<ColSharded>(as<T>(x), g));
+    const auto pln = nn::ParallelLayerNorm<T, B>::from_dense(gamma, center ? &beta : nullptr, kind, g, T(kEps));
+    const auto f = pln.forward(shard_as<ColSharded, T, B>(x, g));
     add(cs, tag + ".C.y", f.y, ro.y);
-    const auto gr = pln.backward(f.cache, shard<ColSharded>(as<T>(dy), g));
+    const auto gr = pln.backward(f.cache, shard_as<ColSharded, T, B>(dy, g));
     add(cs, tag + ".C.dx", gr.dx, rg.dx);
     add(cs, tag + ".C.dgamma", gr.params.dgamma, rg.dgamma);
     if (center) add(cs, tag + ".C.dbeta", *gr.params.dbeta, rg.dbeta);
@@ -197,23 +216,21 @@ Checks case_norm(const Group& g, nn::NormKind kind) {
 }
 
 // ---- dropout ---------------------------------------------------------------------------------------------
-template <class T>
+template <class T, class B = CpuBackend>
 Checks case_dropout(const Group& g) {
   Checks cs;
   const M x = rnd<T>(kTokens, kHidden, 41), dy = rnd<T>(kTokens, kHidden, 42);
   const std::uint64_t seed = 0xD5, id = nn::tensor_id(3, nn::TensorKind::dropout);
   const nn::Dropout drop(0.25, seed, id);
   const M ey = ref::dropout(x, 0.25, seed, id), edx = ref::dropout(dy, 0.25, seed, id);
-  add(cs, "dropout.R.y", drop.forward(shard<Replicated>(as<T>(x), g)), ey);
-  add(cs, "dropout.Row.y", drop.forward(shard<RowSharded>(as<T>(x), g)), ey);
-  add(cs, "dropout.C.y", drop.forward(shard<ColSharded>(as<T>(x), g)), ey);
-  // A Partial input: rank 0 holds x, the others zero (built by hand: see the report on shard<Partial>).
-  const Sharded<T, Partial> xp(g.rank() == 0 ? as<T>(x) : testing::Mat<T>(testing::Mat<T>::Zero(kTokens, kHidden)),
-                               kTokens, kHidden, g);
-  add(cs, "dropout.Partial.y", drop.forward(xp), ey);
-  add(cs, "dropout.R.dx", drop.backward(shard<Replicated>(as<T>(dy), g)), edx);
-  add(cs, "dropout.Row.dx", drop.backward(shard<RowSharded>(as<T>(dy), g)), edx);
-  add(cs, "dropout.C.dx", drop.backward(shard<ColSharded>(as<T>(dy), g)), edx);
+  add(cs, "dropout.R.y", drop.forward(shard_as<Replicated, T, B>(x, g)), ey);
+  add(cs, "dropout.Row.y", drop.forward(shard_as<RowSharded, T, B>(x, g)), ey);
+  add(cs, "dropout.C.y", drop.forward(shard_as<ColSharded, T, B>(x, g)), ey);
+  // A Partial input: rank 0 holds x, the others zero.
+  add(cs, "dropout.Partial.y", drop.forward(partial_on_rank0<T, B>(x, g)), ey);
+  add(cs, "dropout.R.dx", drop.backward(shard_as<Replicated, T, B>(dy, g)), edx);
+  add(cs, "dropout.Row.dx", drop.backward(shard_as<RowSharded, T, B>(dy, g)), edx);
+  add(cs, "dropout.C.dx", drop.backward(shard_as<ColSharded, T, B>(dy, g)), edx);
   return cs;
 }
 
@@ -233,8 +250,8 @@ inline nn::AttentionMasters<M> masters_of(const ref::Attn& a) {
   return {&a.wq, &a.bq, &a.wk, &a.bk, &a.wv, &a.bv, &a.wo, &a.bo};
 }
 
-template <class T>
-void add_attn_grads(Checks& cs, const std::string& tag, const typename nn::Attention<T>::ParamGrads& pg,
+template <class T, class B>
+void add_attn_grads(Checks& cs, const std::string& tag, const typename nn::Attention<T, B>::ParamGrads& pg,
                     const ref::AttnGrads& rg, Index groups, int p, bool bias) {
   const Index d = kHidden / kHeads;
   add(cs, tag + ".dwqkv", pg.qkv.dw, qkv_physical(rg.dwq, rg.dwk, rg.dwv, kHeads, groups, d, p));
@@ -245,21 +262,21 @@ void add_attn_grads(Checks& cs, const std::string& tag, const typename nn::Atten
   }
 }
 
-template <class T>
+template <class T, class B = CpuBackend>
 Checks case_attention(const Group& g, Index groups) {
   Checks cs;
   const std::string tag = "attn.g" + std::to_string(groups);
   const auto ra = make_ref_attn(groups, 50, true, [](Index r, Index c, std::uint64_t s, double sc) { return rnd<T>(r, c, s, sc); });
   const M x = rnd<T>(kTokens, kHidden, 61), dz = rnd<T>(kTokens, kHidden, 62);
   const nn::AttentionConfig cfg{kHidden, kHeads, groups, kSeq, true};
-  const auto attn = nn::Attention<T>::from_dense(cfg, masters_of(ra), g);
-  const auto f = attn.forward(shard<Replicated>(as<T>(x), g));
+  const auto attn = nn::Attention<T, B>::from_dense(cfg, masters_of(ra), g);
+  const auto f = attn.forward(shard_as<Replicated, T, B>(x, g));
   const auto ro = ref::attn_forward(ra, x);
   add(cs, tag + ".z", f.z, ro.z);
-  const auto gr = attn.backward(f.cache, shard<Replicated>(as<T>(dz), g));
+  const auto gr = attn.backward(f.cache, shard_as<Replicated, T, B>(dz, g));
   const auto rg = ref::attn_backward(ra, x, ro, dz);
   add(cs, tag + ".dx", gr.dx, rg.dx);
-  add_attn_grads<T>(cs, tag, gr.params, rg, groups, g.size(), true);
+  add_attn_grads<T, B>(cs, tag, gr.params, rg, groups, g.size(), true);
   return cs;
 }
 
@@ -326,12 +343,12 @@ inline nn::BlockMasters<M> block_masters(const BlockCase& bc, const ref::Block& 
   return m;
 }
 
-template <class T>
-nn::TransformerBlock<T> make_block(const BlockCase& bc, const ref::Block& rb, const Group& g) {
-  return nn::TransformerBlock<T>::from_dense(block_config(bc), block_masters(bc, rb), g);
+template <class T, class B = CpuBackend>
+nn::TransformerBlock<T, B> make_block(const BlockCase& bc, const ref::Block& rb, const Group& g) {
+  return nn::TransformerBlock<T, B>::from_dense(block_config(bc), block_masters(bc, rb), g);
 }
 
-template <class T>
+template <class T, class B = CpuBackend>
 Checks case_block(const Group& g, const BlockCase& bc) {
   Checks cs;
   const int p = g.size();
@@ -339,12 +356,12 @@ Checks case_block(const Group& g, const BlockCase& bc) {
   const std::string tag = std::string("block.") + (center ? "ln" : "rms") + (glu ? ".swiglu" : ".gelu") + ".g" +
                           std::to_string(bc.groups);
   const auto rb = make_ref_block(bc, [](Index r, Index c, std::uint64_t s, double sc) { return rnd<T>(r, c, s, sc); });
-  const auto blk = make_block<T>(bc, rb, g);
+  const auto blk = make_block<T, B>(bc, rb, g);
   const M x = rnd<T>(kTokens, kHidden, 101), dy = rnd<T>(kTokens, kHidden, 102);
-  const auto f = blk.forward(shard<Replicated>(as<T>(x), g));
+  const auto f = blk.forward(shard_as<Replicated, T, B>(x, g));
   const auto ro = ref::block_forward(rb, x);
   add(cs, tag + ".y", f.y, ro.y);
-  const auto gr = blk.backward(f.cache, shard<Replicated>(as<T>(dy), g));
+  const auto gr = blk.backward(f.cache, shard_as<Replicated, T, B>(dy, g));
   const auto rg = ref::block_backward(rb, x, ro, dy);
   add(cs, tag + ".dx", gr.dx, rg.dx);
   add(cs, tag + ".ln1.dgamma", gr.params.ln1.dgamma, rg.ln1.dgamma);
@@ -353,7 +370,7 @@ Checks case_block(const Group& g, const BlockCase& bc) {
     add(cs, tag + ".ln1.dbeta", *gr.params.ln1.dbeta, rg.ln1.dbeta);
     add(cs, tag + ".ln2.dbeta", *gr.params.ln2.dbeta, rg.ln2.dbeta);
   }
-  add_attn_grads<T>(cs, tag + ".attn", gr.params.attn, rg.attn, bc.groups, p, bc.bias);
+  add_attn_grads<T, B>(cs, tag + ".attn", gr.params.attn, rg.attn, bc.groups, p, bc.bias);
   const auto& pm = gr.params.mlp;
   add(cs, tag + ".mlp.dw1", pm.fc1.dw, glu ? swiglu_physical(rg.mlp.dw1, rg.mlp.dwu, p) : rg.mlp.dw1);
   add(cs, tag + ".mlp.dw2", pm.fc2.dw, rg.mlp.dw2);
@@ -384,15 +401,15 @@ struct LedgerSummary {
 };
 
 /// One block forward and backward on a ledgered handle of g; and a parallel LayerNorm.
-template <class T>
+template <class T, class B = CpuBackend>
 LedgerSummary ledger_case(const Group& g, const BlockCase& bc) {
   Ledger ledger;
   const Group lg = ledgered(g, ledger);
   const auto rb = make_ref_block(bc, [](Index r, Index c, std::uint64_t s, double sc) { return rnd<T>(r, c, s, sc); });
-  const auto blk = make_block<T>(bc, rb, lg);
-  const auto X = shard<Replicated>(as<T>(rnd<T>(kTokens, kHidden, 101)), lg);
-  const auto dY = shard<Replicated>(as<T>(rnd<T>(kTokens, kHidden, 102)), lg);
-  std::optional<typename nn::TransformerBlock<T>::Forward> f;
+  const auto blk = make_block<T, B>(bc, rb, lg);
+  const auto X = shard_as<Replicated, T, B>(rnd<T>(kTokens, kHidden, 101), lg);
+  const auto dY = shard_as<Replicated, T, B>(rnd<T>(kTokens, kHidden, 102), lg);
+  std::optional<typename nn::TransformerBlock<T, B>::Forward> f;
   {
     auto sc = ledger.scope("block.fwd");
     f.emplace(blk.forward(X));
@@ -412,15 +429,15 @@ LedgerSummary ledger_case(const Group& g, const BlockCase& bc) {
   s.bwd_kv_sync = ledger.count(CollectiveKind::all_reduce, "block.bwd/attn/kv_replica_sync");
   if (s.bwd_kv_sync > 0) s.bwd_kv_sync_elements = ledger.select("block.bwd/attn/kv_replica_sync").at(0).elements;
 
-  const auto pln = nn::ParallelLayerNorm<T>::from_dense(rb.ln1.gamma, &rb.ln1.beta, nn::NormKind::layer, lg, T(kEps));
-  std::optional<typename nn::ParallelLayerNorm<T>::Forward> pf;
+  const auto pln = nn::ParallelLayerNorm<T, B>::from_dense(rb.ln1.gamma, &rb.ln1.beta, nn::NormKind::layer, lg, T(kEps));
+  std::optional<typename nn::ParallelLayerNorm<T, B>::Forward> pf;
   {
     auto sc = ledger.scope("pln.fwd");
-    pf.emplace(pln.forward(shard<ColSharded>(as<T>(rnd<T>(kTokens, kHidden, 103)), lg)));
+    pf.emplace(pln.forward(shard_as<ColSharded, T, B>(rnd<T>(kTokens, kHidden, 103), lg)));
   }
   {
     auto sc = ledger.scope("pln.bwd");
-    (void)pln.backward(pf->cache, shard<ColSharded>(as<T>(rnd<T>(kTokens, kHidden, 104)), lg));
+    (void)pln.backward(pf->cache, shard_as<ColSharded, T, B>(rnd<T>(kTokens, kHidden, 104), lg));
   }
   s.pln_fwd = ledger.count(CollectiveKind::all_reduce, "pln.fwd");
   s.pln_bwd = ledger.count(CollectiveKind::all_reduce, "pln.bwd");

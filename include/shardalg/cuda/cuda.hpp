@@ -8,7 +8,8 @@
 //
 // Plain-C++ parts (usable from .cpp with the CUDA headers): error.hpp, types.hpp, context.hpp,
 // device_matrix.hpp, nccl.hpp, sim_world.hpp, random.hpp. Needing nvcc: kernels.cuh, backend.hpp,
-// ops.hpp, sim_comm.hpp. See docs/cuda.md.
+// ops.hpp, sim_comm.hpp, nn_kernels.cuh (nn::Kernels<CudaBackend>: the nn layers on the GPU).
+// See docs/cuda.md.
 #pragma once
 
 #include "shardalg/cuda/error.hpp"
@@ -23,4 +24,5 @@
 #include "shardalg/cuda/backend.hpp"
 #include "shardalg/cuda/ops.hpp"
 #include "shardalg/cuda/sim_comm.hpp"
+#include "shardalg/cuda/nn_kernels.cuh"
 #endif

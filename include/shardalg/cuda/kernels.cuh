@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -91,9 +92,22 @@ using rowf_t = std::conditional_t<std::is_same_v<T, double>, double, float>;  //
 
 // ---- the backend policy ----------------------------------------------------------------------
 
+/// A functor that opted in (device_callable) and is generic over its argument, float → float
+/// (e.g. nn's GeLU functors): on 16-bit storage map runs it in fp32 and rounds once, like every
+/// other kernel here, instead of in 16-bit arithmetic.
+template <class F>
+concept GenericFloatFunctor = requires(const F& f) {
+  requires static_cast<bool>(F::device_callable);
+  { f(1.0f) } -> std::same_as<float>;
+};
+
 template <class T, class F>
 __global__ void map(const T* __restrict__ x, T* __restrict__ y, std::size_t n, F f) {
-  SHARDALG_GRID_STRIDE(i, n) y[i] = f(x[i]);
+  if constexpr (HalfElement<T> && GenericFloatFunctor<F>) {
+    SHARDALG_GRID_STRIDE(i, n) y[i] = from_compute<T>(f(to_compute(x[i])));
+  } else {
+    SHARDALG_GRID_STRIDE(i, n) y[i] = f(x[i]);
+  }
 }
 template <class T, class F>
 __global__ void zip(const T* __restrict__ x, const T* __restrict__ z, T* __restrict__ y, std::size_t n, F f) {

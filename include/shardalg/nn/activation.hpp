@@ -1,9 +1,13 @@
 // shardalg/nn/activation.hpp — elementwise activations and their derivatives, as functors for
 // the core's `map` (non-linear: the core refuses them on Partial, E110). A device backend needs
-// them callable on the device; they are plain structs with a templated call operator for that.
+// them callable on the device: the call operators are templated and __host__ __device__ under
+// nvcc (SHARDALG_HD), and `device_callable` says so (the CUDA backend then runs them in a kernel,
+// in fp32 for 16-bit storage, instead of a host round trip).
 #pragma once
 
 #include <cmath>
+
+#include "shardalg/core/functors.hpp"  // SHARDALG_HD
 
 namespace shardalg::nn {
 
@@ -13,8 +17,9 @@ enum class Activation { gelu_tanh, gelu_erf, swiglu };
 /// `array` is the same function on a whole Eigen array, which the CPU backend prefers: Eigen
 /// vectorises tanh for float (its rational approximation, within a few ulp of std::tanh).
 struct GeluTanh {
+  static constexpr bool device_callable = true;
   template <class T>
-  T operator()(T x) const {
+  SHARDALG_HD T operator()(T x) const {
     const T k = T(0.7978845608028654), c = T(0.044715);
     return T(0.5) * x * (T(1) + std::tanh(k * (x + c * x * x * x)));
   }
@@ -27,8 +32,9 @@ struct GeluTanh {
 };
 /// d/dx of GeluTanh: ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²), t = tanh(…).
 struct GeluTanhGrad {
+  static constexpr bool device_callable = true;
   template <class T>
-  T operator()(T x) const {
+  SHARDALG_HD T operator()(T x) const {
     const T k = T(0.7978845608028654), c = T(0.044715);
     const T t = std::tanh(k * (x + c * x * x * x));
     return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
@@ -43,15 +49,17 @@ struct GeluTanhGrad {
 };
 /// GeLU, exact: x·Φ(x) = ½x(1 + erf(x/√2)).
 struct GeluErf {
+  static constexpr bool device_callable = true;
   template <class T>
-  T operator()(T x) const {
+  SHARDALG_HD T operator()(T x) const {
     return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
   }
 };
 /// d/dx of GeluErf: Φ(x) + x·φ(x).
 struct GeluErfGrad {
+  static constexpr bool device_callable = true;
   template <class T>
-  T operator()(T x) const {
+  SHARDALG_HD T operator()(T x) const {
     return T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476))) + x * std::exp(T(-0.5) * x * x) * T(0.3989422804014327);
   }
 };
