@@ -127,6 +127,23 @@ TEST_CASE("nccl: one-rank communicator drives the core's algebra") {
   nc.barrier();
 }
 
+TEST_CASE("nccl: iall_reduce on the side stream, ordered before the main stream's later work") {
+  cuda::NcclComm nc = cuda::NcclComm::single();
+  Group g = nc;
+  CHECK(g.async_all_reduce());
+  DeviceMatrix<float> a = ctest::random_int<float>(64, 33, 7);
+  const auto before = a.host();
+  Request r = g.iall_reduce(a.data(), 64 * 33, DType::f32, ReduceOp::sum);
+  r.wait();  // the main stream now waits for the side stream
+  CHECK(a.host() == before);  // P = 1: the sum is the buffer itself; read after the wait
+  // The overlapped column-parallel backward's schedule at P = 1 through the PendingAllReduce.
+  auto pending = all_reduce_start(Sharded<float, Partial, CudaBackend>(DeviceMatrix<float>(a), 64, 33, g));
+  while (!pending.test()) {
+  }
+  const auto z = std::move(pending).wait();
+  CHECK(z.local().host() == before);
+}
+
 TEST_CASE("nccl: one rank per GPU when there are several") {
   const int ndev = cuda::probe_devices().count;
   if (ndev < 2) {
@@ -145,6 +162,13 @@ TEST_CASE("nccl: one rank per GPU when there are several") {
       auto nc = cuda::NcclComm::init_rank(id, P, r);
       res.add(ctest::collective_laws<CudaBackend, float>(Group(nc), 4 * P, 2 * P, 4));
       res.add(ctest::matmul_laws<CudaBackend, float>(Group(nc), 4 * P, 2 * P, 2 * P, 8));
+      // iall_reduce: rank r contributes r + 1 everywhere; the sum is P(P+1)/2.
+      DeviceMatrix<float> v(ctest::Mat<float>(ctest::Mat<float>::Constant(16, 16, float(r + 1))));
+      Group(nc).iall_reduce(v.data(), 256, DType::f32, ReduceOp::sum).wait();
+      const ctest::Mat<float> got = v.host();
+      ErrorReport e;
+      e.max_abs = (got.array() - float(P * (P + 1) / 2)).abs().maxCoeff();
+      res.add({ctest::Outcome{"nccl iall_reduce", e, e.max_abs == 0.0}});
     });
   for (auto& t : ts) t.join();
   for (const auto& o : res.all) {

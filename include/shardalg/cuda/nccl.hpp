@@ -10,6 +10,9 @@
 //   broadcast        ncclBroadcast, in place
 //   send / recv      ncclSend / ncclRecv (blocking in the NCCL sense: pair them, or group them)
 //   barrier          a one-element all-reduce, then a stream synchronise
+//   iall_reduce      ncclAllReduce on a side stream (AsyncAllReduce): the main stream goes on
+//                    with independent work — the weight-gradient GEMM of an overlapped
+//                    ColumnParallelLinear backward — while NCCL's kernels run beside it
 //
 // Buffers are device memory. all_reduce and broadcast also accept host buffers (staged through
 // device scratch), because the core's replica check reduces a host flag.
@@ -23,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "shardalg/comm/communicator.hpp"
@@ -145,10 +149,53 @@ class NcclComm {
     SHARDALG_CUDA_CHECK(cudaStreamSynchronize(s_->stream));
   }
 
+  /// Start buf := Σ_ranks buf on the side stream, after everything already queued on the main
+  /// stream (an event orders it). The Request's wait() makes the main stream wait for the result
+  /// (cudaStreamWaitEvent): stream-ordered, the host never blocks; test() asks whether it has
+  /// finished. Host buffers take the blocking path.
+  [[nodiscard]] Request iall_reduce(void* buf, std::size_t n, DType t, ReduceOp op) {
+    if (!n || !is_device_pointer(buf)) {
+      all_reduce(buf, n, t, op);
+      return {};
+    }
+    cudaStream_t side = s_->side_stream();
+    Event ready;
+    SHARDALG_CUDA_CHECK(cudaEventRecord(ready.e, s_->stream));
+    SHARDALG_CUDA_CHECK(cudaStreamWaitEvent(side, ready.e, 0));
+    SHARDALG_NCCL_CHECK(ncclAllReduce(buf, buf, n, detail::nccl_type(t), detail::nccl_op(op), s_->comm, side));
+    Pending p{Event{}, s_->stream};
+    SHARDALG_CUDA_CHECK(cudaEventRecord(p.done.e, side));
+    return Request(std::move(p));
+  }
+
  private:
+  /// A cudaEvent_t without timing, owned (destroying one that a stream still waits on is safe).
+  struct Event {
+    cudaEvent_t e = nullptr;
+    Event() { SHARDALG_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); }
+    Event(Event&& o) noexcept : e(std::exchange(o.e, nullptr)) {}
+    Event& operator=(Event&&) = delete;
+    ~Event() {
+      if (e) cudaEventDestroy(e);
+    }
+  };
+  /// iall_reduce's Request: `done` is recorded on the side stream after the all-reduce.
+  struct Pending {
+    Event done;
+    cudaStream_t main;
+    bool test() {
+      const cudaError_t r = cudaEventQuery(done.e);
+      if (r == cudaErrorNotReady) return false;
+      SHARDALG_CUDA_CHECK(r);
+      return true;
+    }
+    void wait() { SHARDALG_CUDA_CHECK(cudaStreamWaitEvent(main, done.e, 0)); }
+  };
+
   struct State {
     ncclComm_t comm;
     cudaStream_t stream;
+    cudaStream_t side = nullptr;  // iall_reduce's stream, made on first use
     int rank = 0, size = 1;
     void* buf = nullptr;
     std::size_t cap = 0;
@@ -160,8 +207,22 @@ class NcclComm {
     State& operator=(const State&) = delete;
     ~State() {
       if (stream) cudaStreamSynchronize(stream);
+      if (side) {
+        cudaStreamSynchronize(side);
+        cudaStreamDestroy(side);
+      }
       if (buf) cudaFree(buf);
       if (comm) ncclCommDestroy(comm);
+    }
+    /// Non-blocking, at the highest priority: the communication kernels are scheduled ahead of
+    /// the GEMM they overlap with (as Megatron does for its async all-reduce).
+    cudaStream_t side_stream() {
+      if (!side) {
+        int least = 0, greatest = 0;
+        SHARDALG_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        SHARDALG_CUDA_CHECK(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, greatest));
+      }
+      return side;
     }
     void* scratch(std::size_t bytes) {
       if (bytes > cap) {
@@ -196,6 +257,6 @@ class NcclComm {
   std::shared_ptr<State> s_;
 };
 
-static_assert(Communicator<NcclComm>);
+static_assert(Communicator<NcclComm> && AsyncAllReduce<NcclComm>);
 
 }  // namespace shardalg::cuda
