@@ -94,19 +94,24 @@ int main(int argc, char** argv) {
   bench::init(argc, argv);
   set_local_threads(1);
   // Fixed iteration counts keep both ranks in lockstep whatever the timings: enough to move at
-  // least 64 MiB per measurement (1024 iterations at 64 KiB), and never fewer than 30.
-  auto each_size = [](const char* name, auto fn, bool manual) {
-    for (std::int64_t bytes = 64 << 10; bytes <= 16 << 20; bytes *= 4) {
-      auto* b = benchmark::RegisterBenchmark(name, fn)->Arg(bytes)->Unit(benchmark::kMicrosecond);
-      b->Iterations(std::max<std::int64_t>(30, (std::int64_t{64} << 20) / bytes));
-      if (manual) b->UseManualTime();
-      else b->UseRealTime();
-    }
+  // least 64 MiB per measurement (1024 iterations at 64 KiB), and never fewer than 30. Sizes are
+  // the outer loop, so each ratio divides two benchmarks that ran next to each other: a drift of
+  // the machine's speed during the run (another tenant, frequency) does not land in one column.
+  auto one = [](const char* name, auto fn, std::int64_t bytes, bool manual) {
+    auto* b = benchmark::RegisterBenchmark(name, fn)->Arg(bytes)->Unit(benchmark::kMicrosecond);
+    b->Iterations(std::max<std::int64_t>(30, (std::int64_t{64} << 20) / bytes));
+    if (manual) b->UseManualTime();
+    else b->UseRealTime();
   };
-  each_size("BM_raw_MPI_Allreduce", BM_raw_MPI_Allreduce, true);
-  each_size("BM_shardalg_all_reduce", BM_shardalg_all_reduce, true);
-  each_size("BM_raw_MPI_Reduce_scatter_block", BM_raw_MPI_Reduce_scatter_block, true);
-  each_size("BM_shardalg_reduce_scatter", BM_shardalg_reduce_scatter, true);
-  if (world_rank == 0) each_size("BM_thread_all_reduce", BM_thread_all_reduce, false);
+  constexpr std::int64_t kMin = 64 << 10, kMax = 16 << 20;
+  for (std::int64_t bytes = kMin; bytes <= kMax; bytes *= 4) {
+    one("BM_raw_MPI_Allreduce", BM_raw_MPI_Allreduce, bytes, true);
+    one("BM_shardalg_all_reduce", BM_shardalg_all_reduce, bytes, true);
+    one("BM_raw_MPI_Reduce_scatter_block", BM_raw_MPI_Reduce_scatter_block, bytes, true);
+    one("BM_shardalg_reduce_scatter", BM_shardalg_reduce_scatter, bytes, true);
+  }
+  // Thread ranks live in process 0 alone (process 1 idles in run_and_finalize): registered last.
+  if (world_rank == 0)
+    for (std::int64_t bytes = kMin; bytes <= kMax; bytes *= 4) one("BM_thread_all_reduce", BM_thread_all_reduce, bytes, false);
   bench::run_and_finalize();
 }
