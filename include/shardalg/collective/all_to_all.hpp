@@ -13,7 +13,7 @@ auto all_to_all(const Sharded<T, L, B>& x) {
     return diagnose<Diag::all_to_all_input>();
   } else {
     const int p = x.size();
-    detail::check_divisible(To::kind, x.rows(), x.cols(), p, detail::cat("all_to_all<", To::name, ">"));
+    detail::check_divisible(To::kind, x.rows(), x.cols(), p, "all_to_all<", To::name, ">");
     const Index br = x.rows() / p, bc = x.cols() / p;  // the exchanged tile is br × bc
     const auto n = static_cast<std::size_t>(br * bc);
     const CallInfo info{L::notation, To::notation};

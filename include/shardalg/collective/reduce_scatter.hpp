@@ -14,7 +14,7 @@ auto reduce_scatter(const Sharded<T, L, B>& x) {
     return diagnose<Diag::reduce_scatter_input>();
   } else {
     const int p = x.size();
-    detail::check_divisible(To::kind, x.rows(), x.cols(), p, detail::cat("reduce_scatter<", To::name, ">"));
+    detail::check_divisible(To::kind, x.rows(), x.cols(), p, "reduce_scatter<", To::name, ">");
     const auto [lr, lc] = local_shape(To::kind, x.rows(), x.cols(), p);
     auto out = B::template empty<T>(lr, lc);
     const auto n = static_cast<std::size_t>(lr * lc);

@@ -13,7 +13,7 @@ auto split(const Sharded<T, L, B>& x) {
     return diagnose<Diag::split_input>();
   } else {
     const int p = x.size(), r = x.rank();
-    detail::check_divisible(To::kind, x.rows(), x.cols(), p, detail::cat("split<", To::name, ">"));
+    detail::check_divisible(To::kind, x.rows(), x.cols(), p, "split<", To::name, ">");
     const auto [lr, lc] = local_shape(To::kind, x.rows(), x.cols(), p);
     const Index r0 = To::kind == LayoutKind::row ? r * lr : 0;
     const Index c0 = To::kind == LayoutKind::col ? r * lc : 0;

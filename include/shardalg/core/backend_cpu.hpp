@@ -1,5 +1,6 @@
-// shardalg/core/backend_cpu.hpp — the CPU backend policy: Eigen storage, Eigen (or BLAS, when
-// EIGEN_USE_BLAS is defined) GEMM, elementwise maps as Eigen expressions.
+// shardalg/core/backend_cpu.hpp — the CPU backend policy: Eigen storage, GEMM through
+// cblas_?gemm when shardalg::blas is linked (SHARDALG_HAVE_BLAS; Eigen's own kernel otherwise),
+// elementwise maps as Eigen expressions.
 //
 // A backend is a type with:
 //   matrix<T>                         local storage, row-major, with rows(), cols(), data(), size()

@@ -22,7 +22,7 @@ auto shard(const Eigen::MatrixBase<Derived>& dense, Group g) {
   using T = typename Derived::Scalar;
   const Index rows = dense.rows(), cols = dense.cols();
   const int p = g.size(), r = g.rank();
-  detail::check_divisible(L::kind, rows, cols, p, detail::cat("shard<", L::name, ">"));
+  detail::check_divisible(L::kind, rows, cols, p, "shard<", L::name, ">");
   const auto [lr, lc] = local_shape(L::kind, rows, cols, p);
   typename B::template matrix<T> local;
   if constexpr (L::kind == LayoutKind::row) local = dense.middleRows(r * lr, lr);

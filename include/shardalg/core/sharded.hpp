@@ -22,11 +22,15 @@ constexpr std::pair<Index, Index> local_shape(LayoutKind k, Index rows, Index co
 
 namespace detail {
 /// Throw DivisibilityError unless the split dimension of layout `k` divides by `p`.
-inline void check_divisible(LayoutKind k, Index rows, Index cols, int p, std::string_view what) {
+/// `what...` names the operation in the message. It is formatted only when the check fails:
+/// this runs on every Sharded construction, where building a string would cost more than a
+/// small collective (hundreds of ns).
+template <class... What>
+void check_divisible(LayoutKind k, Index rows, Index cols, int p, const What&... what) {
   if (k == LayoutKind::row && rows % p != 0)
-    throw DivisibilityError(cat(what, ": rows ", rows, " is not divisible by group size ", p));
+    throw DivisibilityError(cat(what..., ": rows ", rows, " is not divisible by group size ", p));
   if (k == LayoutKind::col && cols % p != 0)
-    throw DivisibilityError(cat(what, ": cols ", cols, " is not divisible by group size ", p));
+    throw DivisibilityError(cat(what..., ": cols ", cols, " is not divisible by group size ", p));
 }
 }  // namespace detail
 
@@ -46,7 +50,7 @@ class Sharded {
   Sharded(local_type local, Index rows, Index cols, Group group)
       : local_(std::move(local)), rows_(rows), cols_(cols), group_(std::move(group)) {
     const int p = group_.size();
-    detail::check_divisible(L::kind, rows_, cols_, p, detail::cat("Sharded<", L::name, ">"));
+    detail::check_divisible(L::kind, rows_, cols_, p, "Sharded<", L::name, ">");
     const auto [lr, lc] = local_shape(L::kind, rows_, cols_, p);
     if (local_.rows() != lr || local_.cols() != lc)
       throw GroupSizeError(detail::cat("Sharded<", L::name, ">: local block ", local_.rows(), "x",

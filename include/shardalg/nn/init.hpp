@@ -31,7 +31,7 @@ template <Element T, Layout L, class B = CpuBackend, class F>
 Sharded<T, L, B> from_global(Index rows, Index cols, const Group& g, F f) {
   static_assert(!std::is_same_v<L, Partial>, "from_global: a Partial value has no element-wise global index");
   const int p = g.size();
-  shardalg::detail::check_divisible(L::kind, rows, cols, p, shardalg::detail::cat("from_global<", L::name, ">"));
+  shardalg::detail::check_divisible(L::kind, rows, cols, p, "from_global<", L::name, ">");
   const auto [lr, lc] = local_shape(L::kind, rows, cols, p);
   const Index r0 = L::kind == LayoutKind::row ? g.rank() * lr : 0;
   const Index c0 = L::kind == LayoutKind::col ? g.rank() * lc : 0;
