@@ -3,9 +3,16 @@
 // (manual time), so both ranks run the same iteration counts and the figure is the collective's.
 //
 //   BM_raw_MPI_Allreduce/bytes              MPI_Allreduce(MPI_IN_PLACE) on a float buffer
-//   BM_shardalg_all_reduce/bytes            all_reduce(Z[Partial]) → Z[R] (in place on the block)
+//   BM_shardalg_all_reduce/bytes            all_reduce(Z[Partial]) → Z[R] (in place on the block),
+//                                           paired with MPI_Allreduce on a buffer of its own: each
+//                                           iteration runs both, counter vs_base = ours / raw
 //   BM_raw_MPI_Reduce_scatter_block/bytes   the native reduce-scatter, for reference
-//   BM_shardalg_reduce_scatter/bytes        reduce_scatter<RowSharded>(Z[Partial]) (ring)
+//   BM_shardalg_reduce_scatter/bytes        reduce_scatter<RowSharded>(Z[Partial]) (ring), paired with
+//                                           MPI_Allreduce of the same size (vs_base = RS / all-reduce)
+//   BM_raw_MPI_Sendrecv/bytes               exchange of the half a 2-rank reduce-scatter moves (the copy c)
+//   BM_local_add/bytes                      out := landed + mine over that half (the add a); a ring
+//                                           all-reduce is a reduce-scatter plus one more exchange c,
+//                                           which bounds RS / all-reduce (docs/performance.md)
 //   BM_thread_all_reduce/bytes              ThreadComm, 2 thread ranks in process 0 (process 1
 //                                           idles without spinning), same buffer size
 #include <benchmark/benchmark.h>
@@ -37,19 +44,33 @@ void timed(benchmark::State& st, Op&& op) {
 
 Index rows_for(std::int64_t bytes) { return static_cast<Index>(bytes / sizeof(float) / 256); }  // 256 columns
 
+/// The raw baseline (alone, and in the paired benchmarks): in-place MPI_Allreduce on a float buffer.
+struct RawAllreduce {
+  std::vector<float> buf;
+  explicit RawAllreduce(std::int64_t bytes) : buf(static_cast<std::size_t>(bytes) / sizeof(float), 1.0f) {}
+  void operator()() {
+    MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  }
+};
+
 void BM_raw_MPI_Allreduce(benchmark::State& st) {
-  std::vector<float> buf(static_cast<std::size_t>(st.range(0)) / sizeof(float), 1.0f);
-  timed(st, [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });
+  RawAllreduce raw(st.range(0));
+  timed(st, raw);
 }
 
 void BM_shardalg_all_reduce(benchmark::State& st) {
   Group g = MpiComm(MPI_COMM_WORLD);
   const Index r = rows_for(st.range(0));
   Sharded<float, Partial> z(M::Constant(r, 256, 1.0f), r, 256, g);
-  timed(st, [&] {
-    auto y = all_reduce(std::move(z));                                   // in place on z's block
-    z = Sharded<float, Partial>(std::move(y).local(), r, 256, g);        // reuse it next time
-  });
+  RawAllreduce raw(st.range(0));
+  bench::paired(
+      st,
+      [&] {
+        auto y = all_reduce(std::move(z));                             // in place on z's block
+        z = Sharded<float, Partial>(std::move(y).local(), r, 256, g);  // reuse it next time
+      },
+      raw);
+  st.SetBytesProcessed(st.iterations() * st.range(0));
 }
 
 void BM_raw_MPI_Reduce_scatter_block(benchmark::State& st) {
@@ -64,9 +85,33 @@ void BM_shardalg_reduce_scatter(benchmark::State& st) {
   Group g = MpiComm(MPI_COMM_WORLD);
   const Index r = rows_for(st.range(0));
   const Sharded<float, Partial> z(M::Constant(r, 256, 1.0f), r, 256, g);
+  RawAllreduce raw(st.range(0));
+  bench::paired(
+      st,
+      [&] {
+        auto y = reduce_scatter<RowSharded>(z);
+        benchmark::DoNotOptimize(y.local().data());
+      },
+      raw);
+  st.SetBytesProcessed(st.iterations() * st.range(0));
+}
+
+// The two parts of a 2-rank reduce-scatter of V bytes: exchanging V/2 with the peer, and adding it.
+void BM_raw_MPI_Sendrecv(benchmark::State& st) {
+  const std::size_t n = static_cast<std::size_t>(st.range(0)) / sizeof(float) / world_size;
+  std::vector<float> out(n, 1.0f), in(n);
+  const int peer = (world_rank + 1) % world_size;
   timed(st, [&] {
-    auto y = reduce_scatter<RowSharded>(z);
-    benchmark::DoNotOptimize(y.local().data());
+    MPI_Sendrecv(out.data(), static_cast<int>(n), MPI_FLOAT, peer, 0, in.data(), static_cast<int>(n), MPI_FLOAT, peer,
+                 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  });
+}
+void BM_local_add(benchmark::State& st) {
+  const std::size_t n = static_cast<std::size_t>(st.range(0)) / sizeof(float) / world_size;
+  std::vector<float> mine(n, 1.0f), landed(n, 2.0f), out(n);
+  timed(st, [&] {
+    for (std::size_t i = 0; i < n; ++i) out[i] = landed[i] + mine[i];
+    benchmark::DoNotOptimize(out.data());
   });
 }
 
@@ -109,6 +154,8 @@ int main(int argc, char** argv) {
     one("BM_shardalg_all_reduce", BM_shardalg_all_reduce, bytes, true);
     one("BM_raw_MPI_Reduce_scatter_block", BM_raw_MPI_Reduce_scatter_block, bytes, true);
     one("BM_shardalg_reduce_scatter", BM_shardalg_reduce_scatter, bytes, true);
+    one("BM_raw_MPI_Sendrecv", BM_raw_MPI_Sendrecv, bytes, true);
+    one("BM_local_add", BM_local_add, bytes, true);
   }
   // Thread ranks live in process 0 alone (process 1 idles in run_and_finalize): registered last.
   if (world_rank == 0)

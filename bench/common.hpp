@@ -31,19 +31,46 @@ inline void pin_this_thread(int core) {
   pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
+/// One run of `op` between barriers on every process: the slowest process's seconds.
+template <class Op>
+double once(Op&& op) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto t0 = std::chrono::steady_clock::now();
+  op();
+  const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double worst = 0;
+  MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
+
 /// Time each iteration of `op` between barriers on every process; report the slowest process
 /// (manual time), so all processes run the same iteration counts.
 template <class Op>
 void timed(benchmark::State& st, Op&& op) {
+  for (auto _ : st) st.SetIterationTime(once(op));
+}
+
+/// A paired measurement: each iteration runs `ours` and `base` back to back (which goes first
+/// alternates), each timed by once(). The iteration's time is ours; the counter "vs_base" is
+/// Σ ours / Σ base over the iterations, the ratio with the machine's slow drifts cancelled.
+template <class Ours, class Base>
+void paired(benchmark::State& st, Ours&& ours, Base&& base) {
+  double t_ours = 0, t_base = 0;
+  bool ours_first = true;
   for (auto _ : st) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const auto t0 = std::chrono::steady_clock::now();
-    op();
-    const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double worst = 0;
-    MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    st.SetIterationTime(worst);
+    double t = 0;
+    if (ours_first) {
+      t = once(ours);
+      t_base += once(base);
+    } else {
+      t_base += once(base);
+      t = once(ours);
+    }
+    t_ours += t;
+    ours_first = !ours_first;
+    st.SetIterationTime(t);
   }
+  st.counters["vs_base"] = t_base > 0 ? t_ours / t_base : 0;
 }
 
 /// A barrier that waits without spinning (Open MPI's MPI_Barrier busy-polls a core).
