@@ -6,6 +6,9 @@
 //   BM_shardalg_all_reduce/bytes            all_reduce(Z[Partial]) → Z[R] (in place on the block),
 //                                           paired with MPI_Allreduce on a buffer of its own: each
 //                                           iteration runs both, counter vs_base = ours / raw
+//   BM_raw_vs_raw/bytes                     the paired measurement's control (A/A): MPI_Allreduce on one
+//                                           buffer against MPI_Allreduce on another; its vs_base is the
+//                                           noise of a paired ratio, not a cost
 //   BM_raw_MPI_Reduce_scatter_block/bytes   the native reduce-scatter, for reference
 //   BM_shardalg_reduce_scatter/bytes        reduce_scatter<RowSharded>(Z[Partial]) (ring), paired with
 //                                           MPI_Allreduce of the same size (vs_base = RS / all-reduce)
@@ -71,6 +74,11 @@ void BM_shardalg_all_reduce(benchmark::State& st) {
       },
       raw);
   st.SetBytesProcessed(st.iterations() * st.range(0));
+}
+
+void BM_raw_vs_raw(benchmark::State& st) {
+  RawAllreduce a(st.range(0)), b(st.range(0));
+  bench::paired(st, a, b);
 }
 
 void BM_raw_MPI_Reduce_scatter_block(benchmark::State& st) {
@@ -152,6 +160,7 @@ int main(int argc, char** argv) {
   for (std::int64_t bytes = kMin; bytes <= kMax; bytes *= 4) {
     one("BM_raw_MPI_Allreduce", BM_raw_MPI_Allreduce, bytes, true);
     one("BM_shardalg_all_reduce", BM_shardalg_all_reduce, bytes, true);
+    one("BM_raw_vs_raw", BM_raw_vs_raw, bytes, true);
     one("BM_raw_MPI_Reduce_scatter_block", BM_raw_MPI_Reduce_scatter_block, bytes, true);
     one("BM_shardalg_reduce_scatter", BM_shardalg_reduce_scatter, bytes, true);
     one("BM_raw_MPI_Sendrecv", BM_raw_MPI_Sendrecv, bytes, true);
