@@ -160,6 +160,13 @@ class Gpt {
     return cfg_.seed ^ (0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(step_ + 1));
   }
 
+  /// Overlap each block's f all-reduces (QKV, fc1) with their weight-gradient GEMMs
+  /// (ColumnParallelLinear::set_overlap). Sequence-parallel blocks end those backwards in a
+  /// reduce-scatter instead, which is not overlapped: for them this changes nothing.
+  void set_overlap(OverlapConfig o) {
+    for (auto& b : plain_) b.set_overlap(o);
+  }
+
   /// Forward and backward on one batch (batch × seq tokens, batch-major, the same on every
   /// rank); keeps the gradients for step(); returns the mean loss.
   T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {

@@ -177,19 +177,19 @@ class ColumnParallelLinear {
     Group g = dy.group();
     if (overlap_.mode == Overlap::automatic && tuner_.choice < 0 && (g.size() == 1 || !g.async_all_reduce()))
       tuner_.choice = 0;  // nothing to overlap with: sequential, no calibration
-    if (g.size() == 1 || overlap_.mode == Overlap::off || (overlap_.mode == Overlap::automatic && tuner_.choice == 0)) {
-      auto pg = backward_partial(c, dy);
-      return {adjoint::copy_to(std::move(pg.dx)), std::move(pg.params)};
-    }
+    if (g.size() == 1 || overlap_.mode == Overlap::off || (overlap_.mode == Overlap::automatic && tuner_.choice == 0))
+      return backward_sequential(c, dy);
     if (overlap_.mode == Overlap::on) return backward_overlapped(c, dy);
     const bool overlapped = tuner_.next_overlapped();
     const auto t0 = std::chrono::steady_clock::now();
-    Grads out = overlapped ? backward_overlapped(c, dy) : [&] {
-      auto pg = backward_partial(c, dy);
-      return Grads{adjoint::copy_to(std::move(pg.dx)), std::move(pg.params)};
-    }();
+    Grads out = overlapped ? backward_overlapped(c, dy) : backward_sequential(c, dy);
     tuner_.record(overlapped, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), g);
     return out;
+  }
+  /// The sequential schedule (Overlap::off): dX, dW, db, then f's adjoint all-reduces dX.
+  Grads backward_sequential(const Cache& c, const Output& dy) const {
+    auto pg = backward_partial(c, dy);
+    return {adjoint::copy_to(std::move(pg.dx)), std::move(pg.params)};
   }
   /// The overlap schedule (Overlap::on, whatever the group):
   ///   dX = dY[C] · Wᵀ[Row] → Partial;  start all_reduce → dX[R]   (f's adjoint, in flight)
@@ -197,7 +197,7 @@ class ColumnParallelLinear {
   ///   db = col_sum(dY[C]);  wait → dX[R]
   Grads backward_overlapped(const Cache& c, const Output& dy) const {
     auto pending = all_reduce_start(Sharded<T, Partial, B>(matmul(dy, transpose(w_))));
-    const Index m = dy.rows(), step = std::max<Index>(1, (m + overlap_.chunks - 1) / std::max(1, overlap_.chunks));
+    const Index m = dy.rows(), step = std::max<Index>(1, (m + overlap_.chunks - 1) / overlap_.chunks);
     auto xt = B::view(c.x.local(), true);  // Xᵀ: [in, m]
     auto vdy = B::view(dy.local());        // dY's block: [m, out/P]
     auto dw = m == 0 ? B::template zeros<T>(w_.rows(), dy.local().cols()) : B::template empty<T>(w_.rows(), dy.local().cols());
