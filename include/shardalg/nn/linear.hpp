@@ -67,6 +67,40 @@ struct OverlapTuner {
 struct IdentityMap {
   LogicalCol operator()(Index c) const { return {0, c}; }
 };
+/// What the two parallel linear layers share: W[in, out] and b[1, out] (in the layer's layouts),
+/// the constructor's bias check, the accessors, and init/from_dense in terms of Layer::make.
+template <class Layer, class Weight, class Bias>
+class LinearParams {
+ public:
+  /// normal(0, std) weights keyed by (seed, tensor, row, col); zero bias.
+  static Layer init(Index in, Index out, bool bias, const Group& g, NormalInit init, std::uint64_t tensor) {
+    return Layer::make(in, out, bias, g, [&](Index i, Index j) { return init(tensor, i, j); }, [](Index) { return 0.0; });
+  }
+  /// Shard dense masters W[in, out] and b[1, out] (b may be null).
+  template <class M>
+  static Layer from_dense(const M& w, const M* b, const Group& g) {
+    return Layer::make(w.rows(), w.cols(), b != nullptr, g, [&](Index i, Index j) { return w(i, j); },
+                       [&](Index j) { return (*b)(0, j); });
+  }
+
+  [[nodiscard]] Index in_features() const { return w_.rows(); }
+  [[nodiscard]] Index out_features() const { return w_.cols(); }
+  [[nodiscard]] const Weight& weight() const { return w_; }
+  [[nodiscard]] const std::optional<Bias>& bias() const { return b_; }
+  Weight& weight() { return w_; }
+  std::optional<Bias>& bias() { return b_; }
+
+ protected:
+  LinearParams(Weight w, std::optional<Bias> b, std::string name)
+      : w_(std::move(w)), b_(std::move(b)), name_(std::move(name)) {
+    if (b_ && (b_->rows() != 1 || b_->cols() != w_.cols()))
+      throw ShapeError(cat(name_, ": bias is ", b_->rows(), "x", b_->cols(), ", expected 1x", w_.cols()));
+  }
+
+  Weight w_;
+  std::optional<Bias> b_;
+  std::string name_;
+};
 }  // namespace detail
 
 /// How ColumnParallelLinear::backward schedules f's all-reduce of dX against the weight-gradient
@@ -81,7 +115,10 @@ struct OverlapConfig {
 };
 
 template <Element T, class B = CpuBackend>
-class ColumnParallelLinear {
+class ColumnParallelLinear : public detail::LinearParams<ColumnParallelLinear<T, B>, Sharded<T, ColSharded, B>, Sharded<T, ColSharded, B>> {
+  using Params = detail::LinearParams<ColumnParallelLinear<T, B>, Sharded<T, ColSharded, B>, Sharded<T, ColSharded, B>>;
+  using Params::b_, Params::name_, Params::w_;
+
  public:
   using Weight = Sharded<T, ColSharded, B>;  // [in, out]
   using Bias = Sharded<T, ColSharded, B>;    // [1, out]
@@ -115,10 +152,7 @@ class ColumnParallelLinear {
   };
 
   ColumnParallelLinear(Weight w, std::optional<Bias> b, std::string name = "ColumnParallelLinear")
-      : w_(std::move(w)), b_(std::move(b)), name_(std::move(name)) {
-    if (b_ && (b_->rows() != 1 || b_->cols() != w_.cols()))
-      throw ShapeError(detail::cat(name_, ": bias is ", b_->rows(), "x", b_->cols(), ", expected 1x", w_.cols()));
-  }
+      : Params(std::move(w), std::move(b), std::move(name)) {}
 
   /// Weight element (i, j) := wf(i, j), bias element j := bf(j), at global (physical) indices.
   template <class WF, class BF>
@@ -130,24 +164,6 @@ class ColumnParallelLinear {
     if (bias) b = from_global<T, ColSharded, B>(1, out, g, [&](Index, Index j) { return bf(j); });
     return ColumnParallelLinear(std::move(w), std::move(b), std::move(name));
   }
-  /// normal(0, std) weights keyed by (seed, tensor, row, col); zero bias.
-  static ColumnParallelLinear init(Index in, Index out, bool bias, const Group& g, NormalInit init,
-                                   std::uint64_t tensor) {
-    return make(in, out, bias, g, [&](Index i, Index j) { return init(tensor, i, j); }, [](Index) { return 0.0; });
-  }
-  /// Shard dense masters W[in, out] and b[1, out] (b may be null).
-  template <class M>
-  static ColumnParallelLinear from_dense(const M& w, const M* b, const Group& g) {
-    return make(w.rows(), w.cols(), b != nullptr, g, [&](Index i, Index j) { return w(i, j); },
-                [&](Index j) { return (*b)(0, j); });
-  }
-
-  [[nodiscard]] Index in_features() const { return w_.rows(); }
-  [[nodiscard]] Index out_features() const { return w_.cols(); }
-  [[nodiscard]] const Weight& weight() const { return w_; }
-  [[nodiscard]] const std::optional<Bias>& bias() const { return b_; }
-  Weight& weight() { return w_; }
-  std::optional<Bias>& bias() { return b_; }
 
   /// X[R] → Y[C].
   Forward forward(const Input& x) const {
@@ -232,15 +248,15 @@ class ColumnParallelLinear {
   }
 
  private:
-  Weight w_;
-  std::optional<Bias> b_;
-  std::string name_;
   OverlapConfig overlap_;
   mutable detail::OverlapTuner tuner_;
 };
 
 template <Element T, class B = CpuBackend>
-class RowParallelLinear {
+class RowParallelLinear : public detail::LinearParams<RowParallelLinear<T, B>, Sharded<T, RowSharded, B>, Sharded<T, Replicated, B>> {
+  using Params = detail::LinearParams<RowParallelLinear<T, B>, Sharded<T, RowSharded, B>, Sharded<T, Replicated, B>>;
+  using Params::b_, Params::name_, Params::w_;
+
  public:
   using Weight = Sharded<T, RowSharded, B>;  // [in, out]
   using Bias = Sharded<T, Replicated, B>;    // [1, out]
@@ -272,10 +288,7 @@ class RowParallelLinear {
   };
 
   RowParallelLinear(Weight w, std::optional<Bias> b, std::string name = "RowParallelLinear")
-      : w_(std::move(w)), b_(std::move(b)), name_(std::move(name)) {
-    if (b_ && (b_->rows() != 1 || b_->cols() != w_.cols()))
-      throw ShapeError(detail::cat(name_, ": bias is ", b_->rows(), "x", b_->cols(), ", expected 1x", w_.cols()));
-  }
+      : Params(std::move(w), std::move(b), std::move(name)) {}
 
   template <class WF, class BF>
   static RowParallelLinear make(Index in, Index out, bool bias, const Group& g, WF wf, BF bf,
@@ -286,22 +299,6 @@ class RowParallelLinear {
     if (bias) b = from_global<T, Replicated, B>(1, out, g, [&](Index, Index j) { return bf(j); });
     return RowParallelLinear(std::move(w), std::move(b), std::move(name));
   }
-  static RowParallelLinear init(Index in, Index out, bool bias, const Group& g, NormalInit init,
-                                std::uint64_t tensor) {
-    return make(in, out, bias, g, [&](Index i, Index j) { return init(tensor, i, j); }, [](Index) { return 0.0; });
-  }
-  template <class M>
-  static RowParallelLinear from_dense(const M& w, const M* b, const Group& g) {
-    return make(w.rows(), w.cols(), b != nullptr, g, [&](Index i, Index j) { return w(i, j); },
-                [&](Index j) { return (*b)(0, j); });
-  }
-
-  [[nodiscard]] Index in_features() const { return w_.rows(); }
-  [[nodiscard]] Index out_features() const { return w_.cols(); }
-  [[nodiscard]] const Weight& weight() const { return w_; }
-  [[nodiscard]] const std::optional<Bias>& bias() const { return b_; }
-  Weight& weight() { return w_; }
-  std::optional<Bias>& bias() { return b_; }
 
   /// H[C] → Z[R]: local product (Partial), g's all-reduce, then the bias once.
   Forward forward(const Input& h) const {
@@ -345,11 +342,6 @@ class RowParallelLinear {
     sgd_update(w_, g.dw, lr);
     if (b_) sgd_update(*b_, *g.db, lr);
   }
-
- private:
-  Weight w_;
-  std::optional<Bias> b_;
-  std::string name_;
 };
 
 }  // namespace shardalg::nn
