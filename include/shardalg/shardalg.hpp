@@ -24,3 +24,7 @@
 #include "shardalg/collective/split.hpp"
 #include "shardalg/collective/all_to_all.hpp"
 #include "shardalg/collective/conjugates.hpp"
+#include "shardalg/plan/plan.hpp"
+#include "shardalg/plan/redistribute.hpp"
+#include "shardalg/plan/matmul.hpp"
+#include "shardalg/collective/invalid.hpp"

@@ -29,7 +29,7 @@ typename B::template matrix<T> gather_local(const Sharded<T, L, B>& x, Group& g,
 template <class T, class L, class B>
 auto all_gather(const Sharded<T, L, B>& x) {
   if constexpr (!SplitLayout<L>) {
-    return diagnose<Diag::all_gather_input>();
+    return diagnose<Diag::all_gather_input, L>();
   } else {
     Group g = x.group();
     auto out = detail::gather_local(x, g, CallInfo{L::notation, "R"});

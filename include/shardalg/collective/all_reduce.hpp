@@ -10,7 +10,7 @@ namespace shardalg {
 template <class T, class L, class B>
 auto all_reduce(Sharded<T, L, B> x) {
   if constexpr (!std::is_same_v<L, Partial>) {
-    return diagnose<Diag::all_reduce_input>();
+    return diagnose<Diag::all_reduce_input, L>();
   } else {
     const Index r = x.rows(), c = x.cols();
     Group g = x.group();
@@ -55,7 +55,7 @@ class PendingAllReduce {
 template <class T, class L, class B>
 auto all_reduce_start(Sharded<T, L, B> x) {
   if constexpr (!std::is_same_v<L, Partial>) {
-    return diagnose<Diag::all_reduce_input>();
+    return diagnose<Diag::all_reduce_input, L>();
   } else {
     const Index r = x.rows(), c = x.cols();
     Group g = x.group();

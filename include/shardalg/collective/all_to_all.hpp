@@ -10,7 +10,7 @@ namespace shardalg {
 template <SplitLayout To, class T, class L, class B>
 auto all_to_all(const Sharded<T, L, B>& x) {
   if constexpr (!SplitLayout<L> || std::is_same_v<L, To>) {
-    return diagnose<Diag::all_to_all_input>();
+    return diagnose<Diag::all_to_all_input, L>();
   } else {
     const int p = x.size();
     detail::check_divisible(To::kind, x.rows(), x.cols(), p, "all_to_all<", To::name, ">");

@@ -16,7 +16,7 @@ namespace shardalg {
 template <class T, class L, class B>
 auto copy_to(Sharded<T, L, B> x) {
   if constexpr (!std::is_same_v<L, Replicated>) {
-    return diagnose<Diag::copy_to_input>();
+    return diagnose<Diag::copy_to_input, L>();
   } else {
     return x;
   }
@@ -26,7 +26,7 @@ auto copy_to(Sharded<T, L, B> x) {
 template <class T, class L, class B>
 auto reduce_from(Sharded<T, L, B> z) {
   if constexpr (!std::is_same_v<L, Partial>) {
-    return diagnose<Diag::reduce_from_input>();
+    return diagnose<Diag::reduce_from_input, L>();
   } else {
     return all_reduce(std::move(z));
   }

@@ -11,7 +11,7 @@ namespace shardalg {
 template <SplitLayout To, class T, class L, class B>
 auto reduce_scatter(const Sharded<T, L, B>& x) {
   if constexpr (!std::is_same_v<L, Partial>) {
-    return diagnose<Diag::reduce_scatter_input>();
+    return diagnose<Diag::reduce_scatter_input, L>();
   } else {
     const int p = x.size();
     detail::check_divisible(To::kind, x.rows(), x.cols(), p, "reduce_scatter<", To::name, ">");

@@ -10,7 +10,7 @@ namespace shardalg {
 template <SplitLayout To, class T, class L, class B>
 auto split(const Sharded<T, L, B>& x) {
   if constexpr (!std::is_same_v<L, Replicated>) {
-    return diagnose<Diag::split_input>();
+    return diagnose<Diag::split_input, L>();
   } else {
     const int p = x.size(), r = x.rank();
     detail::check_divisible(To::kind, x.rows(), x.cols(), p, "split<", To::name, ">");

@@ -69,6 +69,12 @@ struct CpuBackend {
     return m.block(r0, c0, r, c);
   }
 
+  /// dst[r0:r0+src.rows, c0:c0+src.cols] := src (dst holds the rest).
+  template <class T>
+  static void paste_block(matrix<T>& dst, Index r0, Index c0, const matrix<T>& src) {
+    dst.block(r0, c0, src.rows(), src.cols()) = src;
+  }
+
   template <class T>
   static MatView<T> view(const matrix<T>& m, bool trans = false) {
     return trans ? MatView<T>{m.data(), m.cols(), m.rows(), m.cols(), true}

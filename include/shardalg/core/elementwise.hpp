@@ -36,7 +36,7 @@ template <class T, class LA, class LB, class B>
 auto operator+(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
   constexpr auto rule = rules::add(LA::kind, LB::kind);
   if constexpr (!rule.valid) {
-    return diagnose<rule.error>();
+    return diagnose<rule.error, T>();
   } else {
     detail::check_same_shape(a, b, "add");
     return detail::like<T, LA, B>(a, B::zip(a.local(), b.local(), fn::plus{}), a.rows(),
@@ -48,7 +48,7 @@ template <class T, class LA, class LB, class B>
 auto operator-(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
   constexpr auto rule = rules::add(LA::kind, LB::kind);
   if constexpr (!rule.valid) {
-    return diagnose<rule.error>();
+    return diagnose<rule.error, T>();
   } else {
     detail::check_same_shape(a, b, "sub");
     return detail::like<T, LA, B>(a, B::zip(a.local(), b.local(), fn::minus{}), a.rows(),
@@ -71,7 +71,7 @@ template <class T, class L, class B, class F>
 auto map(const Sharded<T, L, B>& a, F f) {
   constexpr auto rule = rules::nonlinear(L::kind);
   if constexpr (!rule.valid) {
-    return diagnose<rule.error>();
+    return diagnose<rule.error, T>();
   } else {
     return detail::like<T, L, B>(a, B::map(a.local(), f), a.rows(), a.cols());
   }
@@ -82,7 +82,7 @@ template <class T, class LA, class LB, class B>
 auto hadamard(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
   constexpr auto rule = rules::hadamard(LA::kind, LB::kind);
   if constexpr (!rule.valid) {
-    return diagnose<rule.error>();
+    return diagnose<rule.error, T>();
   } else {
     detail::check_same_shape(a, b, "hadamard");
     return detail::like<T, layout_t<rule.result>, B>(
@@ -95,7 +95,7 @@ template <class T, class LX, class LBias, class B>
 auto add_bias(const Sharded<T, LX, B>& x, const Sharded<T, LBias, B>& b) {
   constexpr auto rule = rules::bias(LX::kind, LBias::kind);
   if constexpr (!rule.valid) {
-    return diagnose<rule.error>();
+    return diagnose<rule.error, T>();
   } else {
     if (b.rows() != 1 || b.cols() != x.cols())
       throw ShapeError(detail::cat("add_bias: bias is ", b.rows(), "x", b.cols(), " but the activation has ",
@@ -110,7 +110,7 @@ template <class T, class L, class B>
 auto softmax_rows(const Sharded<T, L, B>& x) {
   constexpr auto rule = rules::rowwise(L::kind);
   if constexpr (!rule.valid) {
-    return diagnose<rule.error>();
+    return diagnose<rule.error, T>();
   } else {
     return detail::like<T, L, B>(x, B::softmax_rows(x.local()), x.rows(), x.cols());
   }

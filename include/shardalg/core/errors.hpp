@@ -12,6 +12,8 @@
 #include <string>
 #include <utility>
 
+#include "shardalg/core/layout.hpp"
+
 namespace shardalg {
 
 // ---------------------------------------------------------------------------------------------
@@ -88,19 +90,28 @@ enum class Diag : int {
   all_to_all_input = 124,
   copy_to_input = 125,
   reduce_from_input = 126,
+  to_partial_input = 127,
   // parameter updates
   update_partial_grad = 130,
   update_layout = 131,
   // element types
   dtype_mismatch = 140,
+  // layouts requested of the planner, and conversions
+  layout_conversion = 150,
+  plan_target = 151,
 };
 
 /// What an invalid operation returns after its diagnostic fired: an empty type, so the compiler
 /// reports the one static_assert and not a cascade of follow-on errors.
 struct InvalidOperation {};
 
-template <Diag D>
-constexpr InvalidOperation diagnose() {
+/// Fires the assertion with ID D. `Dependent...` are the calling operation's template
+/// parameters: they make the call dependent, so a compiler instantiates it only on the invalid
+/// path of that operation (Clang instantiates a non-dependent constexpr call even inside a
+/// discarded `if constexpr` branch). The deduced return type makes GCC instantiate the body
+/// where the call is, so the [shardalg.E1xx] line is the first error, not a follow-on one.
+template <Diag D, class... Dependent>
+constexpr auto diagnose() {
   constexpr int id = static_cast<int>(D);
   static_assert(id != 101,
                 "[shardalg.E101] matmul(RowSharded, RowSharded): the contraction index is split in B "
@@ -180,6 +191,9 @@ constexpr InvalidOperation diagnose() {
   static_assert(id != 126,
                 "[shardalg.E126] reduce_from (Megatron's g) takes a Partial input: all_reduce forward, "
                 "identity backward. A non-Partial value has nothing to reduce.");
+  static_assert(id != 127,
+                "[shardalg.E127] to_partial needs Replicated, RowSharded or ColSharded: a Partial is "
+                "already a sum of summands. Fix: nothing to do, or all_reduce / reduce_scatter it.");
   static_assert(id != 130,
                 "[shardalg.E130] parameter update with a Partial gradient: the parameter is replicated "
                 "and its gradient still holds per-rank summands, so the ranks would diverge. Fix: "
@@ -192,7 +206,40 @@ constexpr InvalidOperation diagnose() {
   static_assert(id != 140,
                 "[shardalg.E140] operands have different element types. Fix: convert one with cast<T>() "
                 "(no communication).");
-  return {};
+  static_assert(id != 151,
+                "[shardalg.E151] matmul<To> / redistribute<To>: To must be a layout (Replicated, "
+                "RowSharded, ColSharded or Partial); no plan reaches anything else.");
+  return InvalidOperation{};
+}
+
+/// [shardalg.E150] A Sharded of one layout used where another layout is expected (an
+/// assignment, an argument, a return). Changing a layout is a collective, and shardalg never
+/// inserts one silently: the message names the collective for the pair, and the planned forms.
+template <LayoutKind From, LayoutKind To>
+constexpr auto diagnose_conversion() {
+  using K = LayoutKind;
+  static_assert(!(From == K::partial && To == K::replicated),
+                "[shardalg.E150] a Partial tensor where a Replicated one is expected: the summands are "
+                "not reduced. Fix: all_reduce(x) (adjoint: identity), or ask for it: "
+                "redistribute<Replicated>(x), matmul<Replicated>(a, b).");
+  static_assert(!(From == K::partial && (To == K::row || To == K::col)),
+                "[shardalg.E150] a Partial tensor where a RowSharded/ColSharded one is expected: the "
+                "summands are not reduced. Fix: reduce_scatter<RowSharded or ColSharded>(x) (adjoint: "
+                "all_gather), or ask for it: redistribute<To>(x), matmul<To>(a, b).");
+  static_assert(!((From == K::row || From == K::col) && To == K::replicated),
+                "[shardalg.E150] a sharded tensor where a Replicated one is expected: each rank holds "
+                "one block. Fix: all_gather(x) (adjoint: reduce_scatter), or ask for it: "
+                "redistribute<Replicated>(x), matmul<Replicated>(a, b).");
+  static_assert(!(From == K::replicated && (To == K::row || To == K::col)),
+                "[shardalg.E150] a Replicated tensor where a RowSharded/ColSharded one is expected. Fix: "
+                "split<RowSharded or ColSharded>(x) (free; adjoint: all_gather), or redistribute<To>(x).");
+  static_assert(!((From == K::row && To == K::col) || (From == K::col && To == K::row)),
+                "[shardalg.E150] a RowSharded tensor where a ColSharded one is expected, or the reverse. "
+                "Fix: all_to_all<To>(x) (adjoint: all_to_all back), or redistribute<To>(x).");
+  static_assert(To != K::partial,
+                "[shardalg.E150] a tensor where a Partial one is expected. Fix: to_partial(x) (free), or "
+                "redistribute<Partial>(x).");
+  return InvalidOperation{};
 }
 
 }  // namespace shardalg

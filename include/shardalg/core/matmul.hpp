@@ -73,6 +73,23 @@ inline constexpr MatmulRule matmul_rule_v =
 template <class A, class B>
 using matmul_result_layout_t = layout_t<matmul_rule_v<A, B>.result>;
 
+namespace detail {
+/// The local GEMM of a valid rule on this rank: op(A)_r · op(B)_r (with the free slice of R·Row
+/// or C·R) into a fresh block of the result's local shape. Shared by matmul and matmul<To>.
+template <class T, class Bk>
+typename Bk::template matrix<T> local_product(MatView<T> va, MatView<T> vb, const MatmulRule& rule, Index m,
+                                              Index n, int rank, int p) {
+  // R · Row: rank r holds rows J_r of B; it multiplies the matching columns of A.
+  if (rule.form == LocalForm::slice_a_cols) va = va.slice_cols(rank * vb.rows, vb.rows);
+  // C · R: rank r holds columns J_r of A; it multiplies the matching rows of B.
+  if (rule.form == LocalForm::slice_b_rows) vb = vb.slice_rows(rank * va.cols, va.cols);
+  const auto [lr, lc] = local_shape(rule.result, m, n, p);
+  auto c = Bk::template empty<T>(lr, lc);
+  Bk::gemm(T(1), va, vb, T(0), c);
+  return c;
+}
+}  // namespace detail
+
 template <detail::MatmulOperand A, detail::MatmulOperand Bop>
 auto matmul(const A& a, const Bop& b) {
   using OA = detail::operand<A>;
@@ -80,9 +97,9 @@ auto matmul(const A& a, const Bop& b) {
   using T = typename OA::value_type;
   constexpr MatmulRule rule = matmul_rule(OA::kind, OB::kind);
   if constexpr (!std::is_same_v<T, typename OB::value_type>) {
-    return diagnose<Diag::dtype_mismatch>();
+    return diagnose<Diag::dtype_mismatch, A>();
   } else if constexpr (!rule.valid) {
-    return diagnose<rule.error>();
+    return diagnose<rule.error, A>();
   } else {
     using Bk = typename OA::backend;
     using Out = Sharded<T, layout_t<rule.result>, Bk>;
@@ -95,18 +112,8 @@ auto matmul(const A& a, const Bop& b) {
     detail::check_same_group(ta.group(), tb.group(), "matmul");
     const int p = ta.size();
     detail::check_divisible(rule.result, m, n, p, "matmul result");
-
-    auto va = detail::view_of(a);
-    auto vb = detail::view_of(b);
-    // R · Row: rank r holds rows J_r of B; it multiplies the matching columns of A.
-    if constexpr (rule.form == LocalForm::slice_a_cols) va = va.slice_cols(ta.rank() * vb.rows, vb.rows);
-    // C · R: rank r holds columns J_r of A; it multiplies the matching rows of B.
-    if constexpr (rule.form == LocalForm::slice_b_rows) vb = vb.slice_rows(ta.rank() * va.cols, va.cols);
-
-    const auto [lr, lc] = local_shape(rule.result, m, n, p);
-    typename Out::local_type c = Bk::template empty<T>(lr, lc);
-    Bk::gemm(T(1), va, vb, T(0), c);
-    return Out(std::move(c), m, n, ta.group());
+    return Out(detail::local_product<T, Bk>(detail::view_of(a), detail::view_of(b), rule, m, n, ta.rank(), p), m, n,
+               ta.group());
   }
 }
 

@@ -58,6 +58,13 @@ class Sharded {
                                        " on a group of size ", p, " (expected ", lr, "x", lc, ")"));
   }
 
+  /// Another layout is not convertible: a compile error [shardalg.E150] naming the collective.
+  template <Layout From>
+    requires(!std::same_as<From, L>)
+  Sharded(const Sharded<T, From, Backend>&) {  // NOLINT: implicit, so the mistake meets the diagnostic
+    diagnose_conversion<From::kind, L::kind>();
+  }
+
   // Shapes
   [[nodiscard]] Index rows() const { return rows_; }
   [[nodiscard]] Index cols() const { return cols_; }

@@ -98,6 +98,15 @@ struct CudaBackend {
     return out;
   }
 
+  /// dst[r0:r0+src.rows, c0:c0+src.cols] := src (dst holds the rest).
+  template <class T>
+  static void paste_block(matrix<T>& dst, Index r0, Index c0, const matrix<T>& src) {
+    if (r0 < 0 || c0 < 0 || r0 + src.rows() > dst.rows() || c0 + src.cols() > dst.cols())
+      throw ShapeError(shardalg::detail::cat("paste_block: block ", src.rows(), "x", src.cols(), " at (", r0,
+                                             ", ", c0, ") is outside a ", dst.rows(), "x", dst.cols(), " matrix"));
+    detail::copy_2d(dst.data() + r0 * dst.cols() + c0, dst.cols(), src.data(), src.cols(), src.cols(), src.rows());
+  }
+
   template <class T>
   static MatView<T> view(const matrix<T>& m, bool trans = false) {
     return trans ? MatView<T>{m.data(), m.cols(), m.rows(), m.cols(), true}

@@ -93,7 +93,7 @@ class LayerNorm {
   auto forward(const Sharded<T, L, B>& x) const {
     constexpr auto rule = rules::rowwise(L::kind);
     if constexpr (!rule.valid) {
-      return diagnose<rule.error>();  // C: use ParallelLayerNorm; Partial: reduce first
+      return diagnose<rule.error, L>();  // C: use ParallelLayerNorm; Partial: reduce first
     } else {
       detail::require_cols(norm_name(kind_), x.cols(), hidden());
       const bool center = kind_ == NormKind::layer;

@@ -39,9 +39,9 @@ namespace shardalg::nn {
 template <class T, class LP, class LG, class B>
 auto sgd_update(Sharded<T, LP, B>& param, const Sharded<T, LG, B>& grad, T lr) {
   if constexpr (std::is_same_v<LG, Partial>) {
-    return diagnose<Diag::update_partial_grad>();
+    return diagnose<Diag::update_partial_grad, LG>();
   } else if constexpr (!std::is_same_v<LP, LG>) {
-    return diagnose<Diag::update_layout>();
+    return diagnose<Diag::update_layout, LG>();
   } else {
     param = param - lr * grad;  // shape and group checked by the subtraction
   }
@@ -108,8 +108,8 @@ constexpr bool update_ok = !std::is_same_v<LG, Partial> && std::is_same_v<LP, LG
 
 template <class LP, class LG>
 constexpr auto update_diag() {
-  if constexpr (std::is_same_v<LG, Partial>) return diagnose<Diag::update_partial_grad>();
-  else return diagnose<Diag::update_layout>();
+  if constexpr (std::is_same_v<LG, Partial>) return diagnose<Diag::update_partial_grad, LG>();
+  else return diagnose<Diag::update_layout, LG>();
 }
 }  // namespace detail
 
@@ -119,7 +119,7 @@ class GradNorm {
   template <class T, class L, class B>
   auto add(const ParamInfo& info, const Sharded<T, L, B>& g) {
     if constexpr (std::is_same_v<L, Partial>) {
-      return diagnose<Diag::update_partial_grad>();  // reduce first: a pending sum has no norm
+      return diagnose<Diag::update_partial_grad, L>();  // reduce first: a pending sum has no norm
     } else {
       if (!group_.valid()) group_ = g.group();
       const double s = OptimKernels<B>::template sum_squares<T>(g.local(), g.col_offset(), info.col_weight);
