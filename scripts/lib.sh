@@ -1,7 +1,7 @@
 # scripts/lib.sh — shared by scripts/test and scripts/demo: install what is missing, configure.
 
 # The Debian packages shardalg's build, tests, tools and benchmarks use.
-SHARDALG_PACKAGES=(cmake ninja-build g++ pkg-config ccache libeigen3-dev libopenmpi-dev openmpi-bin
+SHARDALG_PACKAGES=(cmake ninja-build g++ clang pkg-config ccache libeigen3-dev libopenmpi-dev openmpi-bin
                    doctest-dev libbenchmark-dev libopenblas-dev meson libcli11-dev nlohmann-json3-dev
                    python3-matplotlib)
 

@@ -15,7 +15,9 @@ std::vector<ov::Result> on_threads(int p, Fn fn) {
   return testing::per_rank<ov::Result>(p, [&](Group g) { return fn(g); });
 }
 void check_exact(const ov::Result& r) {
-  for (const auto& [name, err] : r.errors) {
+  for (const auto& e : r.errors) {
+    const auto& name = e.first;  // a plain name: Clang 14 cannot capture a structured binding
+    const auto& err = e.second;
     CAPTURE(name);
     CHECK(err == 0.0);
   }
