@@ -44,6 +44,11 @@ struct GroupMismatchError : Error {
 struct GroupSizeError : Error {
   using Error::Error;
 };
+/// An operation on an empty tensor or handle: a default-constructed Sharded or Group (no
+/// communicator). The message names the operation.
+struct EmptyTensorError : Error {
+  using Error::Error;
+};
 /// A communicator backend reported a failure (MPI error string, thread-world misuse).
 struct CommError : Error {
   using Error::Error;

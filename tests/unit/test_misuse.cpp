@@ -1,0 +1,284 @@
+// What a new user hit (issue 12): each case here failed before its fix.
+//
+//   1. a ledgered operand is counted whichever side of a binary operation it is on
+//   2. an empty (default-constructed) Sharded is a typed error naming the operation, not a crash
+//   5. a group mismatch names the groups, not only their sizes
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <type_traits>
+
+#include "testing.hpp"
+
+using namespace shardalg;
+using testing::Mat;
+
+namespace {
+
+/// The number of collectives `body(gx, gy)` records when only gx, only gy, or both carry the
+/// rank's ledger: {plain·ledgered, ledgered·plain, ledgered·ledgered}.
+struct OrderCounts {
+  std::size_t first_plain, second_plain, both;
+};
+OrderCounts order_counts(ThreadComm& c, const std::function<void(Group, Group)>& body) {
+  Group plain = c;
+  OrderCounts out{};
+  {
+    Ledger l;
+    body(plain, ledgered(c, l));
+    out.first_plain = l.count();
+  }
+  {
+    Ledger l;
+    body(ledgered(c, l), plain);
+    out.second_plain = l.count();
+  }
+  {
+    Ledger l;
+    Group g = ledgered(c, l);
+    body(g, g);
+    out.both = l.count();
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// 1. The ledger sees a collective whichever operand carried the ledgered handle
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("misuse: a ledgered operand is counted in either operand order") {
+  for (int p : {2, 4}) {
+    CAPTURE(p);
+    run_ranks(p, [](ThreadComm& c) {
+      const Mat<double> X = testing::random_int<double>(4, 8, 1), W = testing::random_int<double>(8, 4, 2);
+      const Mat<double> B = testing::random_int<double>(1, 8, 3);
+
+      // H[C]·W[Row] → Z[Partial]; all_reduce → Z[R]: one all_reduce.
+      auto mm = order_counts(c, [&](Group gx, Group gw) {
+        (void)all_reduce(matmul(shard<ColSharded>(X, gx), shard<RowSharded>(W, gw)));
+      });
+      CHECK(mm.first_plain == 1);
+      CHECK(mm.second_plain == 1);
+      CHECK(mm.both == 1);
+
+      // The planned product: the all_reduce after the local product.
+      auto planned = order_counts(c, [&](Group gx, Group gw) {
+        (void)matmul<Replicated>(shard<ColSharded>(X, gx), shard<RowSharded>(W, gw));
+      });
+      CHECK(planned.first_plain == 1);
+      CHECK(planned.second_plain == 1);
+      CHECK(planned.both == 1);
+
+      // X[Row]·W[C] is not a local product: the plan gathers an operand first (a pre-step on one
+      // operand, whichever handle carries the ledger) and finishes with a collective on the result.
+      auto pre = order_counts(c, [&](Group gx, Group gw) {
+        (void)matmul<Replicated>(shard<RowSharded>(X, gx), shard<ColSharded>(W, gw));
+      });
+      CHECK(pre.both >= 2);
+      CHECK(pre.first_plain == pre.both);
+      CHECK(pre.second_plain == pre.both);
+
+      // Z₁[Partial] + Z₂[Partial] → [Partial]; all_reduce: one all_reduce.
+      auto add = order_counts(c, [&](Group ga, Group gb) {
+        (void)all_reduce(Sharded<double, Partial>(X, 4, 8, ga) + Sharded<double, Partial>(X, 4, 8, gb));
+      });
+      CHECK(add.first_plain == 1);
+      CHECK(add.second_plain == 1);
+      CHECK(add.both == 1);
+
+      // Z₁[Partial] − Z₂[Partial] and Z[Partial] ⊙ M[R]: one all_reduce each.
+      auto sub = order_counts(c, [&](Group ga, Group gb) {
+        (void)all_reduce(Sharded<double, Partial>(X, 4, 8, ga) - Sharded<double, Partial>(X, 4, 8, gb));
+      });
+      CHECK(sub.first_plain == 1);
+      CHECK(sub.second_plain == 1);
+      auto had = order_counts(c, [&](Group ga, Group gb) {
+        (void)all_reduce(hadamard(Sharded<double, Partial>(X, 4, 8, ga), shard<Replicated>(X, gb)));
+      });
+      CHECK(had.first_plain == 1);
+      CHECK(had.second_plain == 1);
+
+      // X[C] + b[C]; all_gather → [R]: one all_gather.
+      auto bias = order_counts(c, [&](Group gx, Group gb) {
+        (void)all_gather(add_bias(shard<ColSharded>(X, gx), shard<ColSharded>(B, gb)));
+      });
+      CHECK(bias.first_plain == 1);
+      CHECK(bias.second_plain == 1);
+      CHECK(bias.both == 1);
+    });
+  }
+}
+
+TEST_CASE("misuse: the result of a mixed operation carries the ledgered handle") {
+  run_ranks(2, [](ThreadComm& c) {
+    Ledger l;
+    Group plain = c, led = ledgered(c, l);
+    const Mat<double> X = testing::random_int<double>(4, 4, 1);
+    const auto a = shard<ColSharded>(X, plain);
+    const auto b = shard<ColSharded>(X, led);
+    CHECK((a + b).group().ledger() == &l);
+    CHECK((b + a).group().ledger() == &l);
+    CHECK((a - b).group().ledger() == &l);
+    CHECK(hadamard(a, b).group().ledger() == &l);
+    CHECK(matmul(shard<Replicated>(X, plain), b).group().ledger() == &l);
+    CHECK((a + a).group().ledger() == nullptr);
+  });
+}
+
+TEST_CASE("misuse: operands on two different ledgers") {
+  run_ranks(2, [](ThreadComm& c) {
+    Ledger l1, l2;
+    const Mat<double> X = testing::random_int<double>(4, 4, 1);
+    const auto a = shard<RowSharded>(X, ledgered(c, l1));
+    const auto b = shard<RowSharded>(X, ledgered(c, l2));
+    const auto r = shard<Replicated>(X, ledgered(c, l2));
+    CHECK_THROWS_WITH_AS(a + b,
+                         "add: the operands' handles carry different ledgers; rebind one operand to the "
+                         "other's group",
+                         GroupMismatchError);
+    CHECK_THROWS_WITH_AS(matmul(a, r),
+                         "matmul: the operands' handles carry different ledgers; rebind one operand to the "
+                         "other's group",
+                         GroupMismatchError);
+    CHECK_THROWS_WITH_AS(matmul<Replicated>(a, r),
+                         "matmul: the operands' handles carry different ledgers; rebind one operand to the "
+                         "other's group",
+                         GroupMismatchError);
+    CHECK(l1.count() == 0);
+    CHECK(l2.count() == 0);
+    CHECK_NOTHROW((void)(a + b.rebind(a.group())));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. A group mismatch names the groups
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+/// A communicator with no name(): the one-rank group under another key.
+struct Anonymous {
+  SelfComm self;
+  int rank() const { return 0; }
+  int size() const { return 1; }
+  std::uintptr_t key() const { return 2; }
+  void all_reduce(void* b, std::size_t n, DType t, ReduceOp op) { self.all_reduce(b, n, t, op); }
+  void all_gather(const void* s, void* r, std::size_t n, DType t) { self.all_gather(s, r, n, t); }
+  void reduce_scatter(const void* s, void* r, std::size_t n, DType t, ReduceOp op) {
+    self.reduce_scatter(s, r, n, t, op);
+  }
+  void all_to_all(const void* s, void* r, std::size_t n, DType t) { self.all_to_all(s, r, n, t); }
+  void broadcast(void* b, std::size_t n, DType t, int root) { self.broadcast(b, n, t, root); }
+  void send(const void* b, std::size_t n, DType t, int peer) { self.send(b, n, t, peer); }
+  void recv(void* b, std::size_t n, DType t, int peer) { self.recv(b, n, t, peer); }
+  void barrier() {}
+};
+}  // namespace
+
+TEST_CASE("misuse: a group mismatch names the communicators") {
+  Group self = SelfComm{};
+  Group anon = Anonymous{};
+  const Mat<double> X = Mat<double>::Zero(2, 2);
+  run_ranks(2, [&](ThreadComm& c) {
+    auto a = shard<Replicated>(X, Group(c));
+    auto b = shard<Replicated>(X, self);
+    CHECK_THROWS_WITH_AS(hadamard(a, b),
+                         "hadamard: operands belong to different communicator groups (ThreadComm of 2 ranks and "
+                         "SelfComm of 1 rank)",
+                         GroupMismatchError);
+  });
+  // Two thread worlds of one size: the message says the second is another one.
+  run_ranks(1, [&](ThreadComm& c1) {
+    run_ranks(1, [&](ThreadComm& c2) {
+      auto a = shard<Replicated>(X, Group(c1));
+      auto b = shard<Replicated>(X, Group(c2));
+      CHECK_THROWS_WITH_AS(a - b,
+                           "sub: operands belong to different communicator groups (ThreadComm of 1 rank and "
+                           "another ThreadComm of 1 rank)",
+                           GroupMismatchError);
+    });
+  });
+  // A communicator without name(); a ledgered handle is named by what it decorates.
+  Ledger l;
+  auto a = shard<Replicated>(X, anon);
+  auto b = shard<Replicated>(X, ledgered(SelfComm{}, l));
+  CHECK_THROWS_WITH_AS(matmul(a, b),
+                       "matmul: operands belong to different communicator groups (a communicator of 1 rank and "
+                       "SelfComm of 1 rank)",
+                       GroupMismatchError);
+  CHECK_THROWS_WITH_AS(add_bias(a, shard<Replicated>(Mat<double>::Zero(1, 2), self)),
+                       "add_bias: operands belong to different communicator groups (a communicator of 1 rank and "
+                       "SelfComm of 1 rank)",
+                       GroupMismatchError);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. An empty Sharded is a typed error naming the operation
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("misuse: operations on a default-constructed Sharded") {
+  const Sharded<double, ColSharded> e;  // no group
+  const Sharded<double, Partial> ep;
+  const Sharded<double, Replicated> er;
+  Group self = SelfComm{};
+  const auto x = shard<ColSharded>(Mat<double>::Ones(2, 2), self);
+  const auto r = shard<Replicated>(Mat<double>::Ones(2, 2), self);
+  const auto bias = shard<ColSharded>(Mat<double>::Ones(1, 2), self);
+
+  CHECK_THROWS_WITH_AS(e + e, "add: operand is an empty Sharded (default-constructed, no group)", EmptyTensorError);
+  CHECK_THROWS_WITH_AS(x - e, "sub: operand is an empty Sharded (default-constructed, no group)", EmptyTensorError);
+  CHECK_THROWS_WITH_AS(hadamard(e, x), "hadamard: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS(add_bias(e, bias), "add_bias: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS(matmul(r, e), "matmul: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS(matmul(transpose(e), r), "matmul: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS(matmul<Replicated>(e, r), "matmul: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS(matmul_plan<Replicated>(r, e),
+                       "matmul_plan: operand is an empty Sharded (default-constructed, no group)", EmptyTensorError);
+  CHECK_THROWS_WITH_AS(2.0 * e, "scale: operand is an empty Sharded (default-constructed, no group)", EmptyTensorError);
+
+  // Collectives and the dense bridge.
+  CHECK_THROWS_WITH_AS(all_reduce(ep), "all_reduce: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS(all_gather(e), "all_gather: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS(reduce_scatter<RowSharded>(ep),
+                       "reduce_scatter<RowSharded>: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS(split<RowSharded>(er),
+                       "split<RowSharded>: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS(all_to_all<RowSharded>(e),
+                       "all_to_all<RowSharded>: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS(redistribute<Replicated>(e),
+                       "redistribute<Replicated>: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS(to_dense(e), "to_dense: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS(to_dense(er), "to_dense: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
+
+  // Everything else that reaches the empty handle says so, as the same type.
+  CHECK_THROWS_WITH_AS((void)e.size(),
+                       "Group::size: the handle is empty (a default-constructed Group or Sharded: no communicator)",
+                       EmptyTensorError);
+  Group none;
+  double v = 1;
+  CHECK_THROWS_WITH_AS(none.all_reduce(&v, 1),
+                       "Group::all_reduce: the handle is empty (a default-constructed Group or Sharded: no "
+                       "communicator)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS((Sharded<double, RowSharded>(Mat<double>::Zero(2, 2), 2, 2, none)),
+                       "Sharded<RowSharded>: constructed on an empty Group (default-constructed, no communicator)",
+                       EmptyTensorError);
+  CHECK_THROWS_WITH_AS((void)x.rebind(none), "rebind: the new Group is empty (default-constructed, no communicator)",
+                       EmptyTensorError);
+  // An EmptyTensorError is a shardalg::Error.
+  CHECK_THROWS_AS(e + e, Error);
+}
