@@ -2,6 +2,7 @@
 //
 //   1. a ledgered operand is counted whichever side of a binary operation it is on
 //   2. an empty (default-constructed) Sharded is a typed error naming the operation, not a crash
+//   3. cast<U>(x): the element-type conversion E140 names
 //   5. a group mismatch names the groups, not only their sizes
 #include <doctest/doctest.h>
 
@@ -263,6 +264,8 @@ TEST_CASE("misuse: operations on a default-constructed Sharded") {
                        EmptyTensorError);
   CHECK_THROWS_WITH_AS(to_dense(er), "to_dense: operand is an empty Sharded (default-constructed, no group)",
                        EmptyTensorError);
+  CHECK_THROWS_WITH_AS(cast<float>(e), "cast: operand is an empty Sharded (default-constructed, no group)",
+                       EmptyTensorError);
 
   // Everything else that reaches the empty handle says so, as the same type.
   CHECK_THROWS_WITH_AS((void)e.size(),
@@ -281,4 +284,49 @@ TEST_CASE("misuse: operations on a default-constructed Sharded") {
                        EmptyTensorError);
   // An EmptyTensorError is a shardalg::Error.
   CHECK_THROWS_AS(e + e, Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. cast<U>(x)
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("misuse: cast<U>(x) converts the element type, keeping layout, shape and group") {
+  for (int p : {1, 2, 4}) {
+    CAPTURE(p);
+    run_ranks(p, [](ThreadComm& c) {
+      Ledger l;
+      Group g = ledgered(c, l);
+      const Mat<double> A = testing::random_int<double>(4, 8, 5);
+      const auto x = shard<ColSharded>(A, g);
+      const auto xf = cast<float>(x);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(xf)>, Sharded<float, ColSharded>>);
+      CHECK(xf.rows() == 4);
+      CHECK(xf.cols() == 8);
+      CHECK(xf.group().ledger() == &l);
+      CHECK(xf.local() == x.local().cast<float>());
+      CHECK(to_dense(xf) == A.cast<float>());
+
+      // 0.25 steps are exact in float: the round trip is the identity.
+      const Mat<double> Q = 0.25 * A;
+      CHECK(to_dense(cast<double>(cast<float>(shard<RowSharded>(Q, g)))) == Q);
+      // double → float rounds: 1 + 2⁻³⁰ is 1 in float.
+      const auto tiny = cast<float>(shard<Replicated>(Mat<double>::Constant(1, 1, 1.0 + 0x1p-30), g));
+      CHECK(tiny.local()(0, 0) == 1.0f);
+
+      // A Partial: each rank converts its summand; the sum is the converted sum.
+      const Mat<float> S = testing::summand<float>(4, 8, 7, c.rank());
+      const Sharded<float, Partial> zf(S, 4, 8, g);
+      const auto zd = cast<double>(zf);
+      static_assert(std::is_same_v<std::remove_cvref_t<decltype(zd)>, Sharded<double, Partial>>);
+      CHECK(zd.local() == S.cast<double>());
+      CHECK(l.count() == 0);  // no communication so far (to_dense is verification traffic)
+      CHECK(all_reduce(zd).local() == testing::partial_dense<float>(4, 8, 7, c.size()).cast<double>());
+      CHECK(l.count(CollectiveKind::all_reduce) == 1);
+
+      // The fix [shardalg.E140] names: a float operand cast to double meets a double one.
+      const auto w = shard<ColSharded>(testing::random_int<float>(8, 4, 9), g);
+      const auto y = matmul(shard<Replicated>(A, g), cast<double>(w));
+      CHECK(to_dense(y) == A * testing::random_int<float>(8, 4, 9).cast<double>());
+    });
+  }
 }
