@@ -15,6 +15,7 @@
 #include "shardalg/core/elementwise.hpp"
 #include "shardalg/core/dense.hpp"
 #include "shardalg/core/cast.hpp"
+#include "shardalg/core/sum.hpp"
 #include "shardalg/comm/communicator.hpp"
 #include "shardalg/comm/ledger.hpp"
 #include "shardalg/comm/self.hpp"

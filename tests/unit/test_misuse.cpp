@@ -3,6 +3,7 @@
 //   1. a ledgered operand is counted whichever side of a binary operation it is on
 //   2. an empty (default-constructed) Sharded is a typed error naming the operation, not a crash
 //   3. cast<U>(x): the element-type conversion E140 names
+//   4. any arithmetic scalar scales a tensor; sum(x) → [1, 1][R]
 //   5. a group mismatch names the groups, not only their sizes
 #include <doctest/doctest.h>
 
@@ -264,6 +265,7 @@ TEST_CASE("misuse: operations on a default-constructed Sharded") {
                        EmptyTensorError);
   CHECK_THROWS_WITH_AS(to_dense(er), "to_dense: operand is an empty Sharded (default-constructed, no group)",
                        EmptyTensorError);
+  CHECK_THROWS_WITH_AS(sum(e), "sum: operand is an empty Sharded (default-constructed, no group)", EmptyTensorError);
   CHECK_THROWS_WITH_AS(cast<float>(e), "cast: operand is an empty Sharded (default-constructed, no group)",
                        EmptyTensorError);
 
@@ -329,4 +331,81 @@ TEST_CASE("misuse: cast<U>(x) converts the element type, keeping layout, shape a
       CHECK(to_dense(y) == A * testing::random_int<float>(8, 4, 9).cast<double>());
     });
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Scalars of any arithmetic type; sum(x)
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("misuse: an arithmetic scalar of another type scales a tensor, in both orders") {
+  run_ranks(2, [](ThreadComm& c) {
+    Group g = c;
+    const Mat<double> A = testing::random_int<double>(4, 4, 11);
+    const auto x = shard<RowSharded>(A, g);
+    const auto xf = shard<ColSharded>(A.cast<float>().eval(), g);
+
+    const auto twice = 2 * x;  // an int literal on a double tensor
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(twice)>, Sharded<double, RowSharded>>);
+    CHECK(to_dense(twice) == 2.0 * A);
+    CHECK(to_dense(x * 3) == 3.0 * A);
+    CHECK(to_dense(x * 2.0) == 2.0 * A);
+
+    const auto half = 0.5 * xf;  // a double literal on a float tensor
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(half)>, Sharded<float, ColSharded>>);
+    CHECK(to_dense(half) == (0.5f * A.cast<float>()).eval());
+    CHECK(to_dense(xf * 0.5) == (0.5f * A.cast<float>()).eval());
+    CHECK(to_dense(std::int64_t{-3} * xf) == (-3.0f * A.cast<float>()).eval());
+
+    // Partial too: Σ_r α·Z_r = α·Σ_r Z_r.
+    const Sharded<double, Partial> z(testing::summand<double>(4, 4, 3, c.rank()), 4, 4, g);
+    CHECK(all_reduce(2 * z).local() == 2.0 * testing::partial_dense<double>(4, 4, 3, c.size()));
+    CHECK(all_reduce(z * 0.5f).local() == 0.5 * testing::partial_dense<double>(4, 4, 3, c.size()));
+
+    // An integer tensor: the scalar converts to the element type first (static_cast).
+    const auto xi = shard<Replicated>(A.cast<std::int32_t>().eval(), g);
+    CHECK(to_dense(3.0 * xi) == (3 * A.cast<std::int32_t>()).eval());
+    CHECK(to_dense(xi * 0.5) == Mat<std::int32_t>::Zero(4, 4));
+  });
+}
+
+namespace {
+template <class L>
+void check_sum(int p, std::size_t collectives) {
+  CAPTURE(p);
+  CAPTURE(L::name);
+  run_ranks(p, [&](ThreadComm& c) {
+    Ledger l;
+    Group g = ledgered(c, l);
+    const auto x = testing::make_operand<L, double>(g, 12, 12, 21);
+    const double expected = testing::dense_of<L, double>(12, 12, 21, c.size()).sum();
+    const auto s = sum(x);
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(s)>, Sharded<double, Replicated>>);
+    CHECK(s.rows() == 1);
+    CHECK(s.cols() == 1);
+    CHECK(s.local()(0, 0) == expected);  // integer-valued: exact
+    CHECK(l.count() == collectives);
+    CHECK(l.count(CollectiveKind::all_reduce) == collectives);
+    for (const auto& e : l.entries()) {
+      CHECK(e.elements == 1);
+      CHECK(e.layout_in == "Partial");
+      CHECK(e.layout_out == "R");
+    }
+  });
+}
+}  // namespace
+
+TEST_CASE("misuse: sum(x) is the sum of the dense value, with the collective its layout requires") {
+  for (int p : {1, 2, 3, 4}) {
+    check_sum<Replicated>(p, 0);
+    check_sum<RowSharded>(p, 1);
+    check_sum<ColSharded>(p, 1);
+    check_sum<Partial>(p, 1);
+  }
+  // Not a constant: the value depends on the data (and an int tensor sums in int).
+  run_ranks(2, [](ThreadComm& c) {
+    const Mat<std::int32_t> A = testing::random_int<std::int32_t>(4, 6, 2);
+    const auto s = sum(shard<ColSharded>(A, Group(c)));
+    CHECK(s.local()(0, 0) == A.sum());
+    CHECK(sum(shard<ColSharded>((A.array() + 1).matrix().eval(), Group(c))).local()(0, 0) == A.sum() + 24);
+  });
 }

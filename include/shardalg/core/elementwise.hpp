@@ -2,7 +2,7 @@
 // the rules in core/rules.hpp:
 //
 //   A[L] + B[L] → [L]            any L, Partial too (linear)              else E112
-//   α · A[L]    → [L]            any L
+//   α · A[L]    → [L]            any L; α any arithmetic scalar, converted to the element type
 //   f(A[L])     → [L]            non-linear f: not on Partial               E110
 //   A ⊙ B       → same layout; Partial ⊙ R → Partial; Partial ⊙ Partial      E113 / E117
 //   X + b       → b[R] for X[R], X[Row]; b[C] for X[C]; never X[Partial]    E111 / E116
@@ -11,6 +11,8 @@
 //   row_sum(X[C])   → [Partial] (the partial statistics of a parallel LayerNorm)
 #pragma once
 
+#include <concepts>
+#include <type_traits>
 #include <utility>
 
 #include "shardalg/core/functors.hpp"
@@ -58,14 +60,23 @@ auto operator-(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
   }
 }
 
-/// α · A: linear, so every layout, Partial included.
-template <class T, class L, class B>
-Sharded<T, L, B> operator*(T alpha, const Sharded<T, L, B>& a) {
+/// A scalar that may scale a tensor of element type T: any arithmetic type (`2 * x` on a double
+/// tensor, `0.5 * x` on a float one), converted to T with static_cast, or T itself (a half type).
+template <class S, class T>
+concept ScalarFor = std::is_arithmetic_v<S> || std::same_as<S, T>;
+
+/// α · A[L] → [L]: linear, so every layout, Partial included (Σ_r α·Z_r = α·Σ_r Z_r). α is
+/// converted to T first: on an integer tensor 0.5 becomes 0.
+template <class S, class T, class L, class B>
+  requires ScalarFor<S, T>
+Sharded<T, L, B> operator*(S alpha, const Sharded<T, L, B>& a) {
   detail::check_operand(a.group(), "scale");
-  return detail::like<T, L, B>(a.group(), B::map(a.local(), fn::scale<T>{alpha}), a.rows(), a.cols());
+  return detail::like<T, L, B>(a.group(), B::map(a.local(), fn::scale<T>{static_cast<T>(alpha)}), a.rows(),
+                               a.cols());
 }
-template <class T, class L, class B>
-Sharded<T, L, B> operator*(const Sharded<T, L, B>& a, T alpha) {
+template <class S, class T, class L, class B>
+  requires ScalarFor<S, T>
+Sharded<T, L, B> operator*(const Sharded<T, L, B>& a, S alpha) {
   return alpha * a;
 }
 
