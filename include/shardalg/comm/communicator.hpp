@@ -315,8 +315,9 @@ class Group {
   /// The communicator, or EmptyTensorError naming the call on an empty handle.
   Iface& get(std::string_view call) const {
     if (!impl_) [[unlikely]]
-      throw EmptyTensorError(
-          detail::cat("Group::", call, ": the handle is empty (a default-constructed Group or Sharded: no communicator)"));
+      throw EmptyTensorError(detail::cat("Group::", call,
+                                         ": the handle is empty (a default-constructed Group or Sharded: no "
+                                         "communicator)"));
     return *impl_;
   }
 
