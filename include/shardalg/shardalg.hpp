@@ -14,6 +14,8 @@
 #include "shardalg/core/matmul.hpp"
 #include "shardalg/core/elementwise.hpp"
 #include "shardalg/core/dense.hpp"
+#include "shardalg/core/cast.hpp"
+#include "shardalg/core/sum.hpp"
 #include "shardalg/comm/communicator.hpp"
 #include "shardalg/comm/ledger.hpp"
 #include "shardalg/comm/self.hpp"

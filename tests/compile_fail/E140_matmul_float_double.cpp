@@ -1,5 +1,5 @@
 // [shardalg.E140] matmul float double: `matmul(a, b)` must not compile; the fix the
-// diagnostic names, `matmul(a, mk<ColSharded>(4, 4))`, must.
+// diagnostic names, `matmul(a, cast<double>(b))`, must.
 #include <shardalg/shardalg.hpp>
 
 using namespace shardalg;
@@ -14,7 +14,7 @@ int main() {
 #ifdef SHARDALG_EXPECT_FAIL
   auto y = matmul(a, b);
 #else
-  auto y = matmul(a, mk<ColSharded>(4, 4));
+  auto y = matmul(a, cast<double>(b));
 #endif
   (void)y;
 }

@@ -49,16 +49,22 @@ TEST_CASE("tensors from different groups") {
     Group g = c;
     auto a = shard<Replicated>(Mat<double>::Zero(2, 2), g);
     auto b = shard<Replicated>(Mat<double>::Zero(2, 2), self);
-    CHECK_THROWS_WITH_AS(matmul(a, b), "matmul: operands belong to different communicator groups (sizes 2 and 1)",
+    CHECK_THROWS_WITH_AS(matmul(a, b),
+                         "matmul: operands belong to different communicator groups (ThreadComm of 2 ranks and "
+                         "SelfComm of 1 rank)",
                          GroupMismatchError);
-    CHECK_THROWS_WITH_AS(a + b, "add: operands belong to different communicator groups (sizes 2 and 1)",
+    CHECK_THROWS_WITH_AS(a + b,
+                         "add: operands belong to different communicator groups (ThreadComm of 2 ranks and "
+                         "SelfComm of 1 rank)",
                          GroupMismatchError);
   });
   // Two worlds of the same size are still different groups.
   run_ranks(1, [&](ThreadComm& c) {
     auto a = shard<Replicated>(Mat<double>::Zero(2, 2), Group(c));
     auto b = shard<Replicated>(Mat<double>::Zero(2, 2), self);
-    CHECK_THROWS_WITH_AS(matmul(a, b), "matmul: operands belong to different communicator groups (sizes 1 and 1)",
+    CHECK_THROWS_WITH_AS(matmul(a, b),
+                         "matmul: operands belong to different communicator groups (ThreadComm of 1 rank and "
+                         "SelfComm of 1 rank)",
                          GroupMismatchError);
   });
 }

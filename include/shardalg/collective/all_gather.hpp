@@ -31,6 +31,7 @@ auto all_gather(const Sharded<T, L, B>& x) {
   if constexpr (!SplitLayout<L>) {
     return diagnose<Diag::all_gather_input, L>();
   } else {
+    detail::check_operand(x.group(), "all_gather");
     Group g = x.group();
     auto out = detail::gather_local(x, g, CallInfo{L::notation, "R"});
     return Sharded<T, Replicated, B>(std::move(out), x.rows(), x.cols(), std::move(g));

@@ -12,6 +12,7 @@ auto all_reduce(Sharded<T, L, B> x) {
   if constexpr (!std::is_same_v<L, Partial>) {
     return diagnose<Diag::all_reduce_input, L>();
   } else {
+    detail::check_operand(x.group(), "all_reduce");
     const Index r = x.rows(), c = x.cols();
     Group g = x.group();
     auto local = std::move(x).local();
@@ -57,6 +58,7 @@ auto all_reduce_start(Sharded<T, L, B> x) {
   if constexpr (!std::is_same_v<L, Partial>) {
     return diagnose<Diag::all_reduce_input, L>();
   } else {
+    detail::check_operand(x.group(), "all_reduce_start");
     const Index r = x.rows(), c = x.cols();
     Group g = x.group();
     return PendingAllReduce<T, B>(std::move(x).local(), r, c, std::move(g), CallInfo{"Partial", "R"});

@@ -12,6 +12,7 @@ auto all_to_all(const Sharded<T, L, B>& x) {
   if constexpr (!SplitLayout<L> || std::is_same_v<L, To>) {
     return diagnose<Diag::all_to_all_input, L>();
   } else {
+    detail::check_operand(x.group(), "all_to_all<", To::name, ">");
     const int p = x.size();
     detail::check_divisible(To::kind, x.rows(), x.cols(), p, "all_to_all<", To::name, ">");
     const Index br = x.rows() / p, bc = x.cols() / p;  // the exchanged tile is br × bc

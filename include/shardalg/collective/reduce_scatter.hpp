@@ -13,6 +13,7 @@ auto reduce_scatter(const Sharded<T, L, B>& x) {
   if constexpr (!std::is_same_v<L, Partial>) {
     return diagnose<Diag::reduce_scatter_input, L>();
   } else {
+    detail::check_operand(x.group(), "reduce_scatter<", To::name, ">");
     const int p = x.size();
     detail::check_divisible(To::kind, x.rows(), x.cols(), p, "reduce_scatter<", To::name, ">");
     const auto [lr, lc] = local_shape(To::kind, x.rows(), x.cols(), p);

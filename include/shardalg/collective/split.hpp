@@ -12,6 +12,7 @@ auto split(const Sharded<T, L, B>& x) {
   if constexpr (!std::is_same_v<L, Replicated>) {
     return diagnose<Diag::split_input, L>();
   } else {
+    detail::check_operand(x.group(), "split<", To::name, ">");
     const int p = x.size(), r = x.rank();
     detail::check_divisible(To::kind, x.rows(), x.cols(), p, "split<", To::name, ">");
     const auto [lr, lc] = local_shape(To::kind, x.rows(), x.cols(), p);

@@ -20,17 +20,22 @@
 //
 // Every call may carry a `CallInfo` (the layouts it moves between); a decorator such as the
 // ledger reads it, a plain backend ignores it.
+//
+// Optionally, a communicator names its kind (`name()`, e.g. "ThreadComm"), so that an error
+// about two groups can tell them apart; Group forwards it ("a communicator" without one).
 #pragma once
 
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 
 #include "shardalg/core/dtype.hpp"
+#include "shardalg/core/errors.hpp"
 
 namespace shardalg {
 
@@ -146,7 +151,9 @@ concept InfoAwareCommunicator =
       c.all_reduce(p, n, t, op, info);
     };
 
-/// Type-erased, shared handle on a communicator. Copies refer to the same communicator.
+/// Type-erased, shared handle on a communicator. Copies refer to the same communicator. A
+/// default-constructed Group is empty: everything but valid(), ledger(), name() and same_group
+/// throws EmptyTensorError naming the call.
 class Group {
  public:
   Group() = default;
@@ -156,11 +163,14 @@ class Group {
   Group(C comm) : impl_(std::make_shared<Model<C>>(std::move(comm))) {}  // NOLINT: implicit by design
 
   [[nodiscard]] bool valid() const { return impl_ != nullptr; }
-  [[nodiscard]] int rank() const { return impl_->rank(); }
-  [[nodiscard]] int size() const { return impl_->size(); }
-  [[nodiscard]] std::uintptr_t key() const { return impl_->key(); }
+  [[nodiscard]] int rank() const { return get("rank").rank(); }
+  [[nodiscard]] int size() const { return get("size").size(); }
+  [[nodiscard]] std::uintptr_t key() const { return get("key").key(); }
   /// The ledger recording this group's traffic, or nullptr.
   [[nodiscard]] Ledger* ledger() const { return impl_ ? impl_->ledger() : nullptr; }
+  /// The communicator's kind ("ThreadComm", "SelfComm", …); "a communicator" when it does not
+  /// say, "an empty Group" for an empty handle. A ledgered handle is named by what it decorates.
+  [[nodiscard]] std::string name() const { return impl_ ? impl_->name() : std::string("an empty Group"); }
 
   friend bool same_group(const Group& a, const Group& b) {
     return a.impl_ && b.impl_ && a.impl_->key() == b.impl_->key() && a.size() == b.size();
@@ -168,37 +178,37 @@ class Group {
 
   // Untyped interface: this makes Group a Communicator itself.
   void all_reduce(void* buf, std::size_t n, DType t, ReduceOp op, const CallInfo& info = {}) {
-    impl_->all_reduce(buf, n, t, op, info);
+    get("all_reduce").all_reduce(buf, n, t, op, info);
   }
   void all_gather(const void* send, void* recv, std::size_t n, DType t, const CallInfo& info = {}) {
-    impl_->all_gather(send, recv, n, t, info);
+    get("all_gather").all_gather(send, recv, n, t, info);
   }
   void reduce_scatter(const void* send, void* recv, std::size_t n, DType t, ReduceOp op,
                       const CallInfo& info = {}) {
-    impl_->reduce_scatter(send, recv, n, t, op, info);
+    get("reduce_scatter").reduce_scatter(send, recv, n, t, op, info);
   }
   void all_to_all(const void* send, void* recv, std::size_t n, DType t, const CallInfo& info = {}) {
-    impl_->all_to_all(send, recv, n, t, info);
+    get("all_to_all").all_to_all(send, recv, n, t, info);
   }
   void broadcast(void* buf, std::size_t n, DType t, int root, const CallInfo& info = {}) {
-    impl_->broadcast(buf, n, t, root, info);
+    get("broadcast").broadcast(buf, n, t, root, info);
   }
   void send(const void* buf, std::size_t n, DType t, int peer, const CallInfo& info = {}) {
-    impl_->send(buf, n, t, peer, info);
+    get("send").send(buf, n, t, peer, info);
   }
   void recv(void* buf, std::size_t n, DType t, int peer, const CallInfo& info = {}) {
-    impl_->recv(buf, n, t, peer, info);
+    get("recv").recv(buf, n, t, peer, info);
   }
-  void barrier() { impl_->barrier(); }
+  void barrier() { get("barrier").barrier(); }
 
   /// Start buf[n] := Σ_ranks buf[n]; the result is there once the Request completes. Every rank
   /// must start it (it matches the other ranks' iall_reduce, not their all_reduce). Without an
   /// asynchronous backend this runs the blocking all-reduce and returns a completed Request.
   [[nodiscard]] Request iall_reduce(void* buf, std::size_t n, DType t, ReduceOp op, const CallInfo& info = {}) {
-    return impl_->iall_reduce(buf, n, t, op, info);
+    return get("iall_reduce").iall_reduce(buf, n, t, op, info);
   }
   /// Whether iall_reduce really returns before the all-reduce completes.
-  [[nodiscard]] bool async_all_reduce() const { return impl_->async_all_reduce(); }
+  [[nodiscard]] bool async_all_reduce() const { return get("async_all_reduce").async_all_reduce(); }
 
   // Typed conveniences.
   template <class T>
@@ -230,6 +240,7 @@ class Group {
     virtual int size() const = 0;
     virtual std::uintptr_t key() const = 0;
     virtual Ledger* ledger() = 0;
+    virtual std::string name() const = 0;
     virtual void all_reduce(void*, std::size_t, DType, ReduceOp, const CallInfo&) = 0;
     virtual void all_gather(const void*, void*, std::size_t, DType, const CallInfo&) = 0;
     virtual void reduce_scatter(const void*, void*, std::size_t, DType, ReduceOp, const CallInfo&) = 0;
@@ -253,6 +264,10 @@ class Group {
     Ledger* ledger() override {
       if constexpr (requires { c.ledger(); }) return c.ledger();
       else return nullptr;
+    }
+    std::string name() const override {
+      if constexpr (requires { c.name(); }) return std::string(c.name());
+      else return "a communicator";
     }
     void all_reduce(void* b, std::size_t n, DType t, ReduceOp op, const CallInfo& i) override {
       if constexpr (aware) c.all_reduce(b, n, t, op, i);
@@ -296,6 +311,15 @@ class Group {
     }
     bool async_all_reduce() const override { return shardalg::async_all_reduce(c); }
   };
+
+  /// The communicator, or EmptyTensorError naming the call on an empty handle.
+  Iface& get(std::string_view call) const {
+    if (!impl_) [[unlikely]]
+      throw EmptyTensorError(detail::cat("Group::", call,
+                                         ": the handle is empty (a default-constructed Group or Sharded: no "
+                                         "communicator)"));
+    return *impl_;
+  }
 
   std::shared_ptr<Iface> impl_;
 };

@@ -141,6 +141,11 @@ class Ledgered {
   std::uintptr_t key() const { return inner_.key(); }
   Ledger* ledger() const { return ledger_; }
   C& inner() { return inner_; }
+  /// Named by what it decorates: the ledger does not change the group.
+  std::string name() const {
+    if constexpr (requires { inner_.name(); }) return std::string(inner_.name());
+    else return "a communicator";
+  }
 
   void all_reduce(void* b, std::size_t n, DType t, ReduceOp op, const CallInfo& i = {}) {
     ledger_->record(CollectiveKind::all_reduce, n, t, i, size());

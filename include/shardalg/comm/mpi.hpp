@@ -95,6 +95,7 @@ class MpiComm {
   int size() const { return size_; }
   /// The MPI handle itself: two wrappers of one communicator are the same group.
   std::uintptr_t key() const { return detail::handle_key(*comm_); }
+  static constexpr std::string_view name() { return "MpiComm"; }
 
   void all_reduce(void* buf, std::size_t n, DType t, ReduceOp op) {
     detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, count(n), detail::mpi_type(t), detail::mpi_op(op), *comm_),

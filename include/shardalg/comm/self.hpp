@@ -15,6 +15,7 @@ class SelfComm {
   int rank() const { return 0; }
   int size() const { return 1; }
   std::uintptr_t key() const { return 1; }
+  static constexpr std::string_view name() { return "SelfComm"; }
   void all_reduce(void*, std::size_t, DType, ReduceOp) {}
   void all_gather(const void* s, void* r, std::size_t n, DType t) { copy(s, r, n, t); }
   void reduce_scatter(const void* s, void* r, std::size_t n, DType t, ReduceOp) { copy(s, r, n, t); }

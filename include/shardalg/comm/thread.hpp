@@ -147,6 +147,7 @@ class ThreadComm {
   int rank() const { return rank_; }
   int size() const { return w_->size(); }
   std::uintptr_t key() const { return reinterpret_cast<std::uintptr_t>(w_.get()); }
+  static constexpr std::string_view name() { return "ThreadComm"; }
   void barrier() { w_->barrier(); }
 
   // buf[n] := Σ_ranks buf[n] in one phase: rank r owns chunk r; tile by tile it sums chunk r of

@@ -11,6 +11,7 @@
 //   to_host(m)                        the block as an Eigen matrix (for checks)
 //   map(x, f), zip(x, y, f)           elementwise, f a functor (a device functor for CUDA)
 //   col_sum(x), row_sum(x), add_row(x, b), softmax_rows(x)
+//   cast<U>(x)                        elementwise conversion to element type U (optional: cast.hpp)
 // The layout rules never touch a backend: they decide *which* local blocks meet; the backend
 // decides *how* the local arithmetic runs. A CUDA backend supplies the same names over device
 // memory (see include/shardalg/cuda/ and docs/design.md).
@@ -146,6 +147,11 @@ struct CpuBackend {
   static matrix<T> map(const matrix<T>& x, F f) {
     if constexpr (requires { f.array(x.array()); }) return f.array(x.array()).matrix();
     else return x.unaryExpr(f);
+  }
+  /// Each element converted to U (static_cast semantics).
+  template <class U, class T>
+  static matrix<U> cast(const matrix<T>& x) {
+    return x.template cast<U>();
   }
   template <class T, class F>
   static matrix<T> zip(const matrix<T>& x, const matrix<T>& y, F f) {

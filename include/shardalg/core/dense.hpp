@@ -36,6 +36,7 @@ auto shard(const Eigen::MatrixBase<Derived>& dense, Group g) {
 /// Partial, marked as verification traffic so the ledger's counts stay the model's.
 template <class T, class L, class B>
 typename B::template matrix<T> to_dense(const Sharded<T, L, B>& x) {
+  detail::check_operand(x.group(), "to_dense");
   const CallInfo info{L::notation, "dense", true};
   Group g = x.group();
   if constexpr (SplitLayout<L>) {
@@ -52,6 +53,7 @@ typename B::template matrix<T> to_dense(const Sharded<T, L, B>& x) {
 /// For x[R]: true when every rank's copy equals rank 0's bit for bit.
 template <class T, class B>
 bool replicas_agree(const Sharded<T, Replicated, B>& x) {
+  detail::check_operand(x.group(), "replicas_agree");
   Group g = x.group();
   const CallInfo info{"R", "R", true};
   auto root = x.local();

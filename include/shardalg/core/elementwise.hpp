@@ -2,7 +2,7 @@
 // the rules in core/rules.hpp:
 //
 //   A[L] + B[L] → [L]            any L, Partial too (linear)              else E112
-//   α · A[L]    → [L]            any L
+//   α · A[L]    → [L]            any L; α any arithmetic scalar, converted to the element type
 //   f(A[L])     → [L]            non-linear f: not on Partial               E110
 //   A ⊙ B       → same layout; Partial ⊙ R → Partial; Partial ⊙ Partial      E113 / E117
 //   X + b       → b[R] for X[R], X[Row]; b[C] for X[C]; never X[Partial]    E111 / E116
@@ -11,6 +11,8 @@
 //   row_sum(X[C])   → [Partial] (the partial statistics of a parallel LayerNorm)
 #pragma once
 
+#include <concepts>
+#include <type_traits>
 #include <utility>
 
 #include "shardalg/core/functors.hpp"
@@ -20,15 +22,19 @@
 namespace shardalg {
 
 namespace detail {
+/// Checks the operands of an elementwise binary op (empty, then shape, then group) and returns
+/// the handle its result carries (result_group: the ledgered one of a mixed pair).
 template <class T, class L, class B>
-void check_same_shape(const Sharded<T, L, B>& a, const auto& b, std::string_view op) {
+const Group& same_shape_group(const Sharded<T, L, B>& a, const auto& b, std::string_view op) {
+  check_operand(a.group(), op);
+  check_operand(b.group(), op);
   if (a.rows() != b.rows() || a.cols() != b.cols())
     throw ShapeError(cat(op, ": shapes differ: ", a.rows(), "x", a.cols(), " and ", b.rows(), "x", b.cols()));
-  check_same_group(a.group(), b.group(), op);
+  return result_group(a.group(), b.group(), op);
 }
 template <class T, class L, class B, class Local>
-Sharded<T, L, B> like(const auto& x, Local local, Index rows, Index cols) {
-  return Sharded<T, L, B>(std::move(local), rows, cols, x.group());
+Sharded<T, L, B> like(const Group& g, Local local, Index rows, Index cols) {
+  return Sharded<T, L, B>(std::move(local), rows, cols, g);
 }
 }  // namespace detail
 
@@ -38,9 +44,8 @@ auto operator+(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
   if constexpr (!rule.valid) {
     return diagnose<rule.error, T>();
   } else {
-    detail::check_same_shape(a, b, "add");
-    return detail::like<T, LA, B>(a, B::zip(a.local(), b.local(), fn::plus{}), a.rows(),
-                                  a.cols());
+    const Group& g = detail::same_shape_group(a, b, "add");
+    return detail::like<T, LA, B>(g, B::zip(a.local(), b.local(), fn::plus{}), a.rows(), a.cols());
   }
 }
 
@@ -50,19 +55,28 @@ auto operator-(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
   if constexpr (!rule.valid) {
     return diagnose<rule.error, T>();
   } else {
-    detail::check_same_shape(a, b, "sub");
-    return detail::like<T, LA, B>(a, B::zip(a.local(), b.local(), fn::minus{}), a.rows(),
-                                  a.cols());
+    const Group& g = detail::same_shape_group(a, b, "sub");
+    return detail::like<T, LA, B>(g, B::zip(a.local(), b.local(), fn::minus{}), a.rows(), a.cols());
   }
 }
 
-/// α · A: linear, so every layout, Partial included.
-template <class T, class L, class B>
-Sharded<T, L, B> operator*(T alpha, const Sharded<T, L, B>& a) {
-  return detail::like<T, L, B>(a, B::map(a.local(), fn::scale<T>{alpha}), a.rows(), a.cols());
+/// A scalar that may scale a tensor of element type T: any arithmetic type (`2 * x` on a double
+/// tensor, `0.5 * x` on a float one), converted to T with static_cast, or T itself (a half type).
+template <class S, class T>
+concept ScalarFor = std::is_arithmetic_v<S> || std::same_as<S, T>;
+
+/// α · A[L] → [L]: linear, so every layout, Partial included (Σ_r α·Z_r = α·Σ_r Z_r). α is
+/// converted to T first: on an integer tensor 0.5 becomes 0.
+template <class S, class T, class L, class B>
+  requires ScalarFor<S, T>
+Sharded<T, L, B> operator*(S alpha, const Sharded<T, L, B>& a) {
+  detail::check_operand(a.group(), "scale");
+  return detail::like<T, L, B>(a.group(), B::map(a.local(), fn::scale<T>{static_cast<T>(alpha)}), a.rows(),
+                               a.cols());
 }
-template <class T, class L, class B>
-Sharded<T, L, B> operator*(const Sharded<T, L, B>& a, T alpha) {
+template <class S, class T, class L, class B>
+  requires ScalarFor<S, T>
+Sharded<T, L, B> operator*(const Sharded<T, L, B>& a, S alpha) {
   return alpha * a;
 }
 
@@ -73,7 +87,8 @@ auto map(const Sharded<T, L, B>& a, F f) {
   if constexpr (!rule.valid) {
     return diagnose<rule.error, T>();
   } else {
-    return detail::like<T, L, B>(a, B::map(a.local(), f), a.rows(), a.cols());
+    detail::check_operand(a.group(), "map");
+    return detail::like<T, L, B>(a.group(), B::map(a.local(), f), a.rows(), a.cols());
   }
 }
 
@@ -84,9 +99,9 @@ auto hadamard(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
   if constexpr (!rule.valid) {
     return diagnose<rule.error, T>();
   } else {
-    detail::check_same_shape(a, b, "hadamard");
-    return detail::like<T, layout_t<rule.result>, B>(
-        a, B::zip(a.local(), b.local(), fn::times{}), a.rows(), a.cols());
+    const Group& g = detail::same_shape_group(a, b, "hadamard");
+    return detail::like<T, layout_t<rule.result>, B>(g, B::zip(a.local(), b.local(), fn::times{}), a.rows(),
+                                                     a.cols());
   }
 }
 
@@ -97,11 +112,13 @@ auto add_bias(const Sharded<T, LX, B>& x, const Sharded<T, LBias, B>& b) {
   if constexpr (!rule.valid) {
     return diagnose<rule.error, T>();
   } else {
+    detail::check_operand(x.group(), "add_bias");
+    detail::check_operand(b.group(), "add_bias");
     if (b.rows() != 1 || b.cols() != x.cols())
       throw ShapeError(detail::cat("add_bias: bias is ", b.rows(), "x", b.cols(), " but the activation has ",
                                    x.cols(), " columns (expected 1x", x.cols(), ")"));
-    detail::check_same_group(x.group(), b.group(), "add_bias");
-    return detail::like<T, LX, B>(x, B::add_row(x.local(), b.local()), x.rows(), x.cols());
+    const Group& g = detail::result_group(x.group(), b.group(), "add_bias");
+    return detail::like<T, LX, B>(g, B::add_row(x.local(), b.local()), x.rows(), x.cols());
   }
 }
 
@@ -112,7 +129,8 @@ auto softmax_rows(const Sharded<T, L, B>& x) {
   if constexpr (!rule.valid) {
     return diagnose<rule.error, T>();
   } else {
-    return detail::like<T, L, B>(x, B::softmax_rows(x.local()), x.rows(), x.cols());
+    detail::check_operand(x.group(), "softmax_rows");
+    return detail::like<T, L, B>(x.group(), B::softmax_rows(x.local()), x.rows(), x.cols());
   }
 }
 
@@ -120,6 +138,7 @@ auto softmax_rows(const Sharded<T, L, B>& x) {
 template <class T, class L, class B>
 auto col_sum(const Sharded<T, L, B>& x) {
   constexpr auto rule = rules::col_sum(L::kind);
+  detail::check_operand(x.group(), "col_sum");
   return Sharded<T, layout_t<rule.result>, B>(B::col_sum(x.local()), 1, x.cols(), x.group());
 }
 
@@ -127,6 +146,7 @@ auto col_sum(const Sharded<T, L, B>& x) {
 template <class T, class L, class B>
 auto row_sum(const Sharded<T, L, B>& x) {
   constexpr auto rule = rules::row_sum(L::kind);
+  detail::check_operand(x.group(), "row_sum");
   return Sharded<T, layout_t<rule.result>, B>(B::row_sum(x.local()), x.rows(), 1, x.group());
 }
 

@@ -44,6 +44,11 @@ struct GroupMismatchError : Error {
 struct GroupSizeError : Error {
   using Error::Error;
 };
+/// An operation on an empty tensor or handle: a default-constructed Sharded or Group (no
+/// communicator). The message names the operation.
+struct EmptyTensorError : Error {
+  using Error::Error;
+};
 /// A communicator backend reported a failure (MPI error string, thread-world misuse).
 struct CommError : Error {
   using Error::Error;
@@ -204,8 +209,8 @@ constexpr auto diagnose() {
                 "Fix: redistribute the gradient to the parameter's layout (split, all_gather, "
                 "all_reduce or reduce_scatter).");
   static_assert(id != 140,
-                "[shardalg.E140] operands have different element types. Fix: convert one with cast<T>() "
-                "(no communication).");
+                "[shardalg.E140] operands have different element types. Fix: convert one with cast<U>(x) "
+                "(shardalg/core/cast.hpp; same layout, no communication).");
   static_assert(id != 151,
                 "[shardalg.E151] matmul<To> / redistribute<To>: To must be a layout (Replicated, "
                 "RowSharded, ColSharded or Partial); no plan reaches anything else.");

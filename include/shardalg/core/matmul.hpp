@@ -105,15 +105,17 @@ auto matmul(const A& a, const Bop& b) {
     using Out = Sharded<T, layout_t<rule.result>, Bk>;
     const auto& ta = OA::tensor(a);
     const auto& tb = OB::tensor(b);
+    detail::check_operand(ta.group(), "matmul");
+    detail::check_operand(tb.group(), "matmul");
     const auto [m, k] = detail::global_shape(a);
     const auto [k2, n] = detail::global_shape(b);
     if (k != k2)
       throw ShapeError(detail::cat("matmul: inner dimensions do not match: ", m, "x", k, " · ", k2, "x", n));
-    detail::check_same_group(ta.group(), tb.group(), "matmul");
-    const int p = ta.size();
+    const Group& g = detail::result_group(ta.group(), tb.group(), "matmul");  // the ledgered handle of the two
+    const int p = g.size();
     detail::check_divisible(rule.result, m, n, p, "matmul result");
-    return Out(detail::local_product<T, Bk>(detail::view_of(a), detail::view_of(b), rule, m, n, ta.rank(), p), m, n,
-               ta.group());
+    return Out(detail::local_product<T, Bk>(detail::view_of(a), detail::view_of(b), rule, m, n, g.rank(), p), m, n,
+               g);
   }
 }
 

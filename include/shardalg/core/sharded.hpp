@@ -4,6 +4,8 @@
 #pragma once
 
 #include <ostream>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "shardalg/comm/communicator.hpp"
@@ -32,6 +34,14 @@ void check_divisible(LayoutKind k, Index rows, Index cols, int p, const What&...
   if (k == LayoutKind::col && cols % p != 0)
     throw DivisibilityError(cat(what..., ": cols ", cols, " is not divisible by group size ", p));
 }
+
+/// Throw EmptyTensorError unless `g` is a group: an operand of a default-constructed Sharded has
+/// none. `what...` names the operation.
+template <class... What>
+void check_operand(const Group& g, const What&... what) {
+  if (!g.valid()) [[unlikely]]
+    throw EmptyTensorError(cat(what..., ": operand is an empty Sharded (default-constructed, no group)"));
+}
 }  // namespace detail
 
 template <Element T, Layout L, class Backend = CpuBackend>
@@ -42,13 +52,18 @@ class Sharded {
   using backend = Backend;
   using local_type = typename Backend::template matrix<T>;
 
-  /// An empty tensor on no group (a placeholder to assign to).
+  /// An empty tensor on no group (a placeholder to assign to). Every operation on it throws
+  /// EmptyTensorError naming the operation.
   Sharded() = default;
 
   /// Adopt a local block. Checks that it is this rank's share of `rows × cols` in layout L on
-  /// `group`; throws DivisibilityError or GroupSizeError (naming the shapes) otherwise.
+  /// `group`; throws DivisibilityError or GroupSizeError (naming the shapes) otherwise, and
+  /// EmptyTensorError for an empty Group.
   Sharded(local_type local, Index rows, Index cols, Group group)
       : local_(std::move(local)), rows_(rows), cols_(cols), group_(std::move(group)) {
+    if (!group_.valid())
+      throw EmptyTensorError(detail::cat("Sharded<", L::name, ">: constructed on an empty Group (default-constructed, "
+                                         "no communicator)"));
     const int p = group_.size();
     detail::check_divisible(L::kind, rows_, cols_, p, "Sharded<", L::name, ">");
     const auto [lr, lc] = local_shape(L::kind, rows_, cols_, p);
@@ -101,6 +116,9 @@ class Sharded {
 
  private:
   void check_rebind(const Group& g) const {
+    detail::check_operand(group_, "rebind");
+    if (!g.valid())
+      throw EmptyTensorError("rebind: the new Group is empty (default-constructed, no communicator)");
     if (g.size() != group_.size())
       throw GroupSizeError(detail::cat("rebind: a ", L::name, " tensor on a group of size ", group_.size(),
                                        " handed to a communicator of size ", g.size()));
@@ -119,11 +137,38 @@ template <class X>
 concept ShardedTensor = is_sharded<std::remove_cvref_t<X>>::value;
 
 namespace detail {
-/// The same group, or GroupMismatchError naming the operation.
+/// "ThreadComm of 2 ranks": the communicator's kind (Group::name) and size.
+inline std::string describe_group(const Group& g) {
+  const int p = g.size();
+  return cat(g.name(), " of ", p, p == 1 ? " rank" : " ranks");
+}
+
+/// The same group, or GroupMismatchError naming the operation and both groups. Two groups of
+/// one kind and size (two thread worlds, two MPI sub-communicators) read "… and another …".
 inline void check_same_group(const Group& a, const Group& b, std::string_view op) {
-  if (!same_group(a, b))
-    throw GroupMismatchError(cat(op, ": operands belong to different communicator groups (sizes ",
-                                 a.size(), " and ", b.size(), ")"));
+  if (same_group(a, b)) return;
+  const std::string da = describe_group(a);
+  std::string db = describe_group(b);
+  if (db == da) db = db.starts_with("a ") ? "another " + db.substr(2) : "another " + db;
+  throw GroupMismatchError(cat(op, ": operands belong to different communicator groups (", da, " and ", db, ")"));
+}
+
+/// The handle the result of a binary operation carries. Both operands must be on one group
+/// (EmptyTensorError for a default-constructed operand, GroupMismatchError otherwise). Two
+/// handles of one group may differ in their ledger (`ledgered(comm, L)` beside plain `comm`):
+/// the result carries the ledgered one, whichever operand it came with, so that the collectives
+/// that finish the result are recorded in either operand order. Two different ledgers are a
+/// GroupMismatchError: the result's collectives would be recorded in one of them only.
+inline const Group& result_group(const Group& a, const Group& b, std::string_view op) {
+  check_operand(a, op);
+  check_operand(b, op);
+  check_same_group(a, b, op);
+  Ledger* const la = a.ledger();
+  Ledger* const lb = b.ledger();
+  if (la && lb && la != lb)
+    throw GroupMismatchError(
+        cat(op, ": the operands' handles carry different ledgers; rebind one operand to the other's group"));
+  return la || !lb ? a : b;
 }
 }  // namespace detail
 

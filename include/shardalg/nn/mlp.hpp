@@ -189,7 +189,8 @@ class Mlp {
       case Activation::gelu_erf: return hadamard(da, map(h, GeluErfGrad{}));
       case Activation::swiglu: break;
     }
-    return Sharded<T, ColSharded, B>(Kernels<B>::swiglu_grad(h.local(), da.local()), h.rows(), h.cols(), h.group());
+    const Group& g = shardalg::detail::result_group(h.group(), da.group(), "swiglu_grad");  // as hadamard's above
+    return Sharded<T, ColSharded, B>(Kernels<B>::swiglu_grad(h.local(), da.local()), h.rows(), h.cols(), g);
   }
 
   MlpConfig cfg_;

@@ -75,6 +75,17 @@ Moving<T, B> run_chain_on(const Sharded<T, L, B>& x, const plan::Chain& c) {
   return m;
 }
 
+/// The chain of an operand run on the result's handle `g` (detail::result_group). When only the
+/// other operand's handle carries a ledger, the operand is rebound to `g` first, so that the
+/// ledger records its steps too; that copies the operand's block, and only in this mixed case.
+template <class T, class L, class B>
+Moving<T, B> run_chain_on(const Sharded<T, L, B>& x, const plan::Chain& c, const Group& g) {
+  const bool rebind = c.steps > 0 && x.group().ledger() != g.ledger();
+  Moving<T, B> m = rebind ? run_chain_on(x.rebind(g), c) : run_chain_on(x, c);
+  m.group = g;
+  return m;
+}
+
 /// The local product of the plan (the layouts are the operands' after their chains).
 template <class T, class B>
 Moving<T, B> run_product(const Moving<T, B>& a, bool ta, const Moving<T, B>& b, bool tb, Index m, Index n) {
@@ -108,7 +119,7 @@ plan::MatmulPlan matmul_plan_for(const A& a, const B& b, const plan::Model& mode
   const auto [k2, n] = global_shape(b);
   if (k != k2)
     throw ShapeError(cat("matmul<", To::name, ">: inner dimensions do not match: ", m, "x", k, " · ", k2, "x", n));
-  const int p = OA::tensor(a).size();
+  const int p = OA::tensor(a).group().size();
   const auto pl = plan::choose_matmul(OA::kind, OB::kind, To::kind, m, k, n, p,
                                       sizeof(typename OA::value_type), model);
   if (!pl.feasible)
@@ -124,6 +135,8 @@ template <class To, detail::MatmulOperand A, detail::MatmulOperand B>
 plan::MatmulPlan matmul_plan(const A& a, const B& b, const plan::Model& model = {}) {
   static_assert(Layout<To>, "[shardalg.E151] matmul<To>: To must be a layout (Replicated, RowSharded, "
                             "ColSharded or Partial).");
+  detail::check_operand(detail::operand_t<A>::tensor(a).group(), "matmul_plan");
+  detail::check_operand(detail::operand_t<B>::tensor(b).group(), "matmul_plan");
   return detail::matmul_plan_for<To>(a, b, model);
 }
 
@@ -141,11 +154,12 @@ auto matmul(const A& a, const B& b, const plan::Model& model = {}) {
     using Bk = typename OA::backend;
     const auto& ta = OA::tensor(a);
     const auto& tb = OB::tensor(b);
-    detail::check_same_group(ta.group(), tb.group(), "matmul");
+    // The handle of the result, and of every step on either operand: the ledgered one of the two.
+    const Group g = detail::result_group(ta.group(), tb.group(), "matmul");
     const plan::MatmulPlan pl = detail::matmul_plan_for<To>(a, b, model);
     const auto m = detail::global_shape(a).first, n = detail::global_shape(b).second;
-    const detail::Moving<T, Bk> a2 = detail::run_chain_on(ta, detail::chain_under<A>(pl.pre_a));
-    const detail::Moving<T, Bk> b2 = detail::run_chain_on(tb, detail::chain_under<B>(pl.pre_b));
+    const detail::Moving<T, Bk> a2 = detail::run_chain_on(ta, detail::chain_under<A>(pl.pre_a), g);
+    const detail::Moving<T, Bk> b2 = detail::run_chain_on(tb, detail::chain_under<B>(pl.pre_b), g);
     return detail::run_chain_to<To>(detail::run_product(a2, OA::trans, b2, OB::trans, m, n), pl.post);
   }
 }

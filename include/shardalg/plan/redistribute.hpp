@@ -34,6 +34,7 @@ auto to_partial(const Sharded<T, L, B>& x) {
   if constexpr (std::is_same_v<L, Partial>) {
     return diagnose<Diag::to_partial_input, L>();
   } else {
+    detail::check_operand(x.group(), "to_partial");
     auto out = B::template zeros<T>(x.rows(), x.cols());
     if constexpr (std::is_same_v<L, Replicated>) {
       if (x.rank() == 0) out = x.local();
@@ -79,6 +80,7 @@ Sharded<T, To, B> run_chain(const Sharded<T, L, B>& x, const plan::Chain& c) {
 
 template <class T, class L, class B>
 plan::RedistributePlan redistribute_plan_for(const Sharded<T, L, B>& x, LayoutKind to, const plan::Model& m) {
+  check_operand(x.group(), "redistribute<", name(to), ">");
   const auto pl = plan::choose_redistribute(L::kind, to, x.rows(), x.cols(), x.size(), sizeof(T), m);
   if (!pl.feasible)
     throw DivisibilityError(cat("redistribute<", name(to), ">: a ", x.rows(), "x", x.cols(), " ", L::name,
