@@ -608,6 +608,21 @@ struct Explainer {
   void op(std::size_t k0, std::string text, std::string note = {}) {
     cur->push_back({{"op", std::move(text)}, {"note", std::move(note)}, {"comm", comm_since(k0)}});
   }
+  /// Beside the last step: the plan matmul<To> would insert for the product a · b just traced
+  /// (plan/matmul.hpp), and whether its collectives are the ones the block ran after the product.
+  template <class To, class A, class Bop>
+  void plan(const A& a, const Bop& b, const std::string& na, const std::string& nb, const std::string& nz) {
+    const plan::MatmulPlan pl = matmul_plan<To>(a, b);
+    std::vector<std::string> planned;
+    for (const plan::Chain* c : {&pl.pre_a, &pl.pre_b, &pl.post})
+      for (int i = 0; i < c->steps; ++i)
+        if (plan::communicates(c->step(i))) planned.emplace_back(plan::to_string(c->step(i)));
+    std::vector<std::string> ran;
+    for (const auto& e : cur->back()["comm"]) ran.push_back(e["collective"].get<std::string>());
+    cur->back()["plan"] = "matmul<" + std::string(To::notation) + ">(" + na + ", " + nb + ") plans " +
+                          plan::describe(pl, na, nb, nz);
+    cur->back()["plan_agrees"] = planned == ran;
+  }
   /// A redistribution: the collective's name is the ledger's ("identity" when it recorded none).
   void redist(std::size_t k0, const std::string& in, const std::string& label, const std::string& out,
               std::string note = {}) {
@@ -696,6 +711,7 @@ json explain_block(const Blk& blk, const X& x, const X& dy, const Fwd& real_f, c
   k = ex.mark();
   X z = leave(std::move(zp));
   ex.redist(k, zp_txt, out_lbl, nm("Z", z), SP ? "sum and split the tokens" : "g = reduce_from");
+  ex.plan<typename X::layout>(o, wo, "O", "Wo", "Z");
   if (attn.proj().bias()) {
     k = ex.mark();
     z = add_bias(z, *attn.proj().bias());
@@ -741,6 +757,7 @@ json explain_block(const Blk& blk, const X& x, const X& dy, const Fwd& real_f, c
   k = ex.mark();
   X z2 = leave(std::move(z2p));
   ex.redist(k, z2p_txt, out_lbl, nm("Z", z2));
+  ex.plan<typename X::layout>(act, w2, "G", "W2", "Z");
   if (mlp.fc2().bias()) {
     k = ex.mark();
     z2 = add_bias(z2, *mlp.fc2().bias());
@@ -1545,6 +1562,9 @@ void print_explain(std::ostream& os, const json& ex, int p) {
       const auto note = s["note"].get<std::string>();
       if (!note.empty()) os << "  — " << note;
       os << "\n";
+      if (s.contains("plan"))
+        os << "      " << s["plan"].get<std::string>()
+           << (s["plan_agrees"].get<bool>() ? "  — the same collectives" : "  — DIFFERENT collectives") << "\n";
     }
   }
   const auto& c = ex["check"];
@@ -1702,6 +1722,8 @@ int run_all(const Options& o, int p, Group* mpi_world, int mpi_rank) {
   if (!res.explain.is_null()) {
     const auto& c = res.explain["check"];
     pass = pass && c["collectives_identical"].get<bool>() && c["bit_identical"].get<bool>();
+    for (const auto& s : res.explain["forward"])  // matmul<To> plans the block's own collectives
+      if (s.contains("plan_agrees")) pass = pass && s["plan_agrees"].get<bool>();
   }
   const Index padded = nn::padded_vocab(o.vocab, o.vocab_divisor, p);
   if (o.json) std::cout << report_json(o, p, res, pass, padded).dump(2) << "\n";
