@@ -14,6 +14,7 @@
 #include "shardalg/core/matmul.hpp"
 #include "shardalg/core/elementwise.hpp"
 #include "shardalg/core/dense.hpp"
+#include "shardalg/core/visualize.hpp"
 #include "shardalg/core/cast.hpp"
 #include "shardalg/core/sum.hpp"
 #include "shardalg/comm/communicator.hpp"

@@ -13,8 +13,10 @@
 // all_to_all (P ranks exchange P tiles of n each). The cost model's ring factors apply to V. Verification traffic (to_dense, replica checks) is not recorded.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <iomanip>
 #include <sstream>
 #include <string>
@@ -35,6 +37,9 @@ struct LedgerEntry {
   std::string layout_out;
   std::string scope;
   int group_size;
+  // When it ran, in seconds since the ledger was made (start = end for an asynchronous start).
+  double start_seconds = 0;
+  double end_seconds = 0;
 };
 
 class Ledger {
@@ -57,11 +62,43 @@ class Ledger {
   [[nodiscard]] Scope scope(std::string label) { return Scope(*this, std::move(label)); }
   [[nodiscard]] const std::string& current_scope() const { return path_; }
 
-  void record(CollectiveKind kind, std::size_t elements, DType dtype, const CallInfo& info,
-              int group_size) {
-    if (info.verification) return;
+  /// Records a collective as it starts; returns its index (npos for verification traffic).
+  std::size_t record(CollectiveKind kind, std::size_t elements, DType dtype, const CallInfo& info,
+                     int group_size) {
+    if (info.verification) return npos;
+    const double t = now();
     entries_.push_back({kind, elements, elements * size_of(dtype), dtype, std::string(info.layout_in),
-                        std::string(info.layout_out), path_, group_size});
+                        std::string(info.layout_out), path_, group_size, t, t});
+    return entries_.size() - 1;
+  }
+  /// Entry `k` (from record) has finished: the decorator calls this after forwarding the call.
+  void finish(std::size_t k) {
+    if (k < entries_.size()) entries_[k].end_seconds = now();
+  }
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  /// Seconds since this ledger was made.
+  [[nodiscard]] double now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+  /// The entries as a Chrome trace (Trace Event Format, JSON; open it in https://ui.perfetto.dev):
+  /// one complete event per collective on thread `rank`, named by the collective, its scope as the
+  /// category, its layouts, elements, bytes and dtype as arguments. Merge the ranks' traces by
+  /// concatenating their "traceEvents".
+  [[nodiscard]] std::string chrome_trace(int rank = 0) const {
+    std::ostringstream os;
+    os << std::fixed << std::setprecision(3) << "{\"traceEvents\": [";
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      const auto& e = entries_[i];
+      os << (i ? ",\n" : "\n") << "{\"name\": \"" << to_string(e.kind) << "\", \"cat\": \""
+         << json_escape(e.scope.empty() ? "-" : e.scope) << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << rank
+         << ", \"ts\": " << e.start_seconds * 1e6 << ", \"dur\": " << (e.end_seconds - e.start_seconds) * 1e6
+         << ", \"args\": {\"layouts\": \"" << json_escape(e.layout_in + " -> " + e.layout_out)
+         << "\", \"elements\": " << e.elements << ", \"bytes\": " << e.bytes << ", \"dtype\": \""
+         << to_string(e.dtype) << "\", \"group_size\": " << e.group_size << "}}";
+    }
+    os << "\n], \"displayTimeUnit\": \"ms\"}\n";
+    return os.str();
   }
 
   [[nodiscard]] const std::vector<LedgerEntry>& entries() const { return entries_; }
@@ -125,10 +162,36 @@ class Ledger {
     stack_.pop_back();
   }
 
+  static std::string json_escape(std::string_view in) {
+    std::string out;
+    for (char c : in) {
+      if (c == '"' || c == '\\') out += '\\';
+      if (static_cast<unsigned char>(c) < 0x20) continue;  // no control characters in labels
+      out += c;
+    }
+    return out;
+  }
+
   std::vector<LedgerEntry> entries_;
   std::vector<std::size_t> stack_;
   std::string path_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
+
+/// A scope label that works with or without a ledger: on a ledgered group it labels the
+/// collectives that run while it lives (Ledger::scope); on a plain one it does nothing. So code
+/// need not branch on `group.ledger()`.
+///   auto s = shardalg::scope(x.group(), "mlp.fwd");
+class GroupScope {
+ public:
+  GroupScope(Ledger* l, std::string label) {
+    if (l) s_.emplace(*l, std::move(label));
+  }
+
+ private:
+  std::optional<Ledger::Scope> s_;
+};
+[[nodiscard]] inline GroupScope scope(const Group& g, std::string label) { return GroupScope(g.ledger(), std::move(label)); }
 
 /// The ledger decorator: a Communicator that records each call, then forwards it to `C`.
 template <Communicator C>
@@ -148,33 +211,40 @@ class Ledgered {
   }
 
   void all_reduce(void* b, std::size_t n, DType t, ReduceOp op, const CallInfo& i = {}) {
-    ledger_->record(CollectiveKind::all_reduce, n, t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::all_reduce, n, t, i, size());
     forward([&](auto& c, const auto&... info) { c.all_reduce(b, n, t, op, info...); }, i);
+    ledger_->finish(k);
   }
   void all_gather(const void* s, void* r, std::size_t n, DType t, const CallInfo& i = {}) {
-    ledger_->record(CollectiveKind::all_gather, n * size(), t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::all_gather, n * size(), t, i, size());
     forward([&](auto& c, const auto&... info) { c.all_gather(s, r, n, t, info...); }, i);
+    ledger_->finish(k);
   }
   void reduce_scatter(const void* s, void* r, std::size_t n, DType t, ReduceOp op,
                       const CallInfo& i = {}) {
-    ledger_->record(CollectiveKind::reduce_scatter, n * size(), t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::reduce_scatter, n * size(), t, i, size());
     forward([&](auto& c, const auto&... info) { c.reduce_scatter(s, r, n, t, op, info...); }, i);
+    ledger_->finish(k);
   }
   void all_to_all(const void* s, void* r, std::size_t n, DType t, const CallInfo& i = {}) {
-    ledger_->record(CollectiveKind::all_to_all, n * size() * size(), t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::all_to_all, n * size() * size(), t, i, size());
     forward([&](auto& c, const auto&... info) { c.all_to_all(s, r, n, t, info...); }, i);
+    ledger_->finish(k);
   }
   void broadcast(void* b, std::size_t n, DType t, int root, const CallInfo& i = {}) {
-    ledger_->record(CollectiveKind::broadcast, n, t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::broadcast, n, t, i, size());
     forward([&](auto& c, const auto&... info) { c.broadcast(b, n, t, root, info...); }, i);
+    ledger_->finish(k);
   }
   void send(const void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) {
-    ledger_->record(CollectiveKind::send, n, t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::send, n, t, i, size());
     forward([&](auto& c, const auto&... info) { c.send(b, n, t, peer, info...); }, i);
+    ledger_->finish(k);
   }
   void recv(void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) {
-    ledger_->record(CollectiveKind::recv, n, t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::recv, n, t, i, size());
     forward([&](auto& c, const auto&... info) { c.recv(b, n, t, peer, info...); }, i);
+    ledger_->finish(k);
   }
   void barrier() { inner_.barrier(); }
 
