@@ -147,6 +147,18 @@ class Attention {
   template <class M>
   static Attention from_dense(const AttentionConfig& cfg, const AttentionMasters<M>& m, const Group& g) {
     const auto lay = check(cfg, g.size());
+    // Every master present as the config says and of its shape: d = hidden / heads (a head_dim
+    // other than that is not supported), wq [h, heads·d], wk and wv [h, groups·d], wo [heads·d, h].
+    constexpr std::string_view at = "Attention.from_dense";
+    const Index h = cfg.hidden, qd = cfg.heads * cfg.head_dim(), kd = cfg.num_groups() * cfg.head_dim();
+    detail::require_master(at, "wq", m.wq, true, h, qd);
+    detail::require_master(at, "wk", m.wk, true, h, kd);
+    detail::require_master(at, "wv", m.wv, true, h, kd);
+    detail::require_master(at, "wo", m.wo, true, qd, h);
+    detail::require_master(at, "bq", m.bq, cfg.bias, 1, qd);
+    detail::require_master(at, "bk", m.bk, cfg.bias, 1, kd);
+    detail::require_master(at, "bv", m.bv, cfg.bias, 1, kd);
+    detail::require_master(at, "bo", m.bo, cfg.bias, 1, h);
     const M* w[3] = {m.wq, m.wk, m.wv};
     const M* b[3] = {m.bq, m.bk, m.bv};
     auto qkv = Qkv::make(cfg.hidden, lay.width(), cfg.bias, g,

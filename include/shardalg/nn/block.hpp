@@ -83,6 +83,9 @@ class BlockParts {
   template <class M>
   static Derived from_dense(const BlockConfig& c, const BlockMasters<M>& m, const Group& g) {
     Derived::check(c, g.size());
+    constexpr std::string_view at = "TransformerBlock.from_dense";
+    detail::require_master(at, "ln1_gamma", m.ln1_gamma, true, 1, c.hidden);
+    detail::require_master(at, "ln2_gamma", m.ln2_gamma, true, 1, c.hidden);
     return Derived(c, Norm::from_dense(*m.ln1_gamma, m.ln1_beta, c.norm, g, T(c.eps)),
                    Attn::from_dense(c.attention(), m.attn, g),
                    Norm::from_dense(*m.ln2_gamma, m.ln2_beta, c.norm, g, T(c.eps)), MlpT::from_dense(c.mlp(), m.mlp, g));

@@ -44,6 +44,19 @@ inline void require_divisible(std::string_view layer, std::string_view what, Ind
 inline void require_cols(std::string_view layer, Index got, Index want) {
   if (got != want) throw ShapeError(cat(layer, ": input has ", got, " columns, expected ", want));
 }
+/// A dense master handed to from_dense: given exactly when the config wants it (`absent` says
+/// why it must not be given), and of the shape the config implies. Checked before any is read.
+template <class M>
+void require_master(std::string_view where, std::string_view name, const M* m, bool wanted, Index rows, Index cols,
+                    std::string_view absent = "the config has no bias") {
+  if (!wanted) {
+    if (m) throw ShapeError(cat(where, ": ", name, " is given but ", absent));
+    return;
+  }
+  if (!m) throw ShapeError(cat(where, ": ", name, " is null, expected a ", rows, "x", cols, " matrix"));
+  if (m->rows() != rows || m->cols() != cols)
+    throw ShapeError(cat(where, ": ", name, " is ", m->rows(), "x", m->cols(), ", expected ", rows, "x", cols));
+}
 /// The Overlap::automatic decision: after one warm-up call, time the two schedules alternately
 /// for `trials` calls each, take the maximum over ranks (one 2-value all-reduce, not counted by
 /// the ledger: it is not the algebra's traffic) and keep the faster schedule from then on.

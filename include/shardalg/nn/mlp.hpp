@@ -115,6 +115,14 @@ class Mlp {
     check(cfg, g.size());
     const int p = g.size();
     const bool glu = cfg.act == Activation::swiglu;
+    constexpr std::string_view at = "Mlp.from_dense", no_up = "the activation is not SwiGLU (no up projection)";
+    const Index h = cfg.hidden, F = cfg.ffn;
+    detail::require_master(at, "w1", m.w1, true, h, F);
+    detail::require_master(at, "b1", m.b1, cfg.bias, 1, F);
+    detail::require_master(at, "w_up", m.w_up, glu, h, F, no_up);
+    detail::require_master(at, "b_up", m.b_up, glu && cfg.bias, 1, F, glu ? "the config has no bias" : no_up);
+    detail::require_master(at, "w2", m.w2, true, F, h);
+    detail::require_master(at, "b2", m.b2, cfg.bias, 1, h);
     const SwigluFc1Map map{cfg.ffn, p};
     auto fc1 = Fc1::make(
         cfg.hidden, glu ? 2 * cfg.ffn : cfg.ffn, cfg.bias, g,

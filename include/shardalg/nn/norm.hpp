@@ -76,6 +76,11 @@ class LayerNorm {
   }
   template <class M>
   static LayerNorm from_dense(const M& gamma, const M* beta, NormKind kind, const Group& g, T eps = T(1e-5)) {
+    if (gamma.rows() != 1)
+      throw ShapeError(detail::cat("LayerNorm.from_dense: gamma is ", gamma.rows(), "x", gamma.cols(),
+                                   ", expected one row (1 x hidden)"));
+    detail::require_master("LayerNorm.from_dense", "beta", beta, kind == NormKind::layer, 1, gamma.cols(),
+                           "RMSNorm has no beta");
     auto gm = from_global<T, Replicated, B>(1, gamma.cols(), g, [&](Index, Index j) { return gamma(0, j); });
     std::optional<Param> bt;
     if (beta) bt = from_global<T, Replicated, B>(1, beta->cols(), g, [&](Index, Index j) { return (*beta)(0, j); });
@@ -169,6 +174,11 @@ class ParallelLayerNorm {
   }
   template <class M>
   static ParallelLayerNorm from_dense(const M& gamma, const M* beta, NormKind kind, const Group& g, T eps = T(1e-5)) {
+    if (gamma.rows() != 1)
+      throw ShapeError(detail::cat("ParallelLayerNorm.from_dense: gamma is ", gamma.rows(), "x", gamma.cols(),
+                                   ", expected one row (1 x hidden)"));
+    detail::require_master("ParallelLayerNorm.from_dense", "beta", beta, kind == NormKind::layer, 1, gamma.cols(),
+                           "RMSNorm has no beta");
     check(gamma.cols(), g.size());
     auto gm = from_global<T, ColSharded, B>(1, gamma.cols(), g, [&](Index, Index j) { return gamma(0, j); });
     std::optional<Param> bt;
