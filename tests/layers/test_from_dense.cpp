@@ -60,6 +60,17 @@ TEST_CASE("Attention::from_dense refuses masters that do not match the config") 
   });
 }
 
+TEST_CASE("the linear layers check the bias before reading it") {
+  run_ranks(2, [](ThreadComm& c) {
+    Group g = c;
+    const M w = M::Zero(4, 8), narrow = M::Zero(1, 3);
+    CHECK_THROWS_WITH_AS(nn::ColumnParallelLinear<double>::from_dense(w, &narrow, g),
+                         "from_dense: bias is 1x3, expected 1x8", ShapeError);
+    CHECK_THROWS_WITH_AS(nn::RowParallelLinear<double>::from_dense(w, &narrow, g),
+                         "from_dense: bias is 1x3, expected 1x8", ShapeError);
+  });
+}
+
 TEST_CASE("norms and the block check their masters") {
   run_ranks(2, [](ThreadComm& c) {
     Group g = c;

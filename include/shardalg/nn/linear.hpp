@@ -92,6 +92,7 @@ class LinearParams {
   /// Shard dense masters W[in, out] and b[1, out] (b may be null).
   template <class M>
   static Layer from_dense(const M& w, const M* b, const Group& g) {
+    if (b) require_master("from_dense", "bias", b, true, 1, w.cols());  // checked before it is read
     return Layer::make(w.rows(), w.cols(), b != nullptr, g, [&](Index i, Index j) { return w(i, j); },
                        [&](Index j) { return (*b)(0, j); });
   }
