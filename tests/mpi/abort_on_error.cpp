@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
     const M a = M::Constant(rows, 2, 1.0);
     const auto x = shardalg::shard<shardalg::RowSharded>(a, g);  // throws on rank 1 unless ok
     const auto whole = shardalg::all_gather(x);                  // rank 0 waits here for rank 1
-    if (world.rank() == 0) std::printf("gathered %ldx%ld\n", static_cast<long>(whole.rows()), static_cast<long>(whole.cols()));
+    if (world.rank() == 0)
+      std::printf("gathered %ldx%ld\n", static_cast<long>(whole.rows()), static_cast<long>(whole.cols()));
     return whole.local() == a ? 0 : 3;
   });
 }

@@ -109,18 +109,19 @@ TEST_CASE("MPI misuse: distribute<L> with a bad source rank, or ranks that name 
   Group g = MpiComm(MPI_COMM_WORLD);
   const int p = g.size();
   const Mat<double> A = Mat<double>::Ones(4, 4);
-  const std::string outside =
-      "distribute<Replicated>: source rank " + std::to_string(p) + " is outside a group of " + std::to_string(p) + " ranks";
+  const std::string outside = "distribute<Replicated>: source rank " + std::to_string(p) + " is outside a group of " +
+                              std::to_string(p) + " ranks";
   CHECK_THROWS_WITH_AS((void)distribute<Replicated>(A, g, p), outside.c_str(), RankError);
-  const std::string negative = "distribute<ColSharded>: source rank -1 is outside a group of " + std::to_string(p) + " ranks";
+  const std::string negative =
+      "distribute<ColSharded>: source rank -1 is outside a group of " + std::to_string(p) + " ranks";
   CHECK_THROWS_WITH_AS((void)distribute<ColSharded>(A, g, -1), negative.c_str(), RankError);
   const std::string different =
       "distribute<RowSharded>: the ranks name different source ranks (0 and " + std::to_string(p - 1) + ")";
   CHECK_THROWS_WITH_AS((void)distribute<RowSharded>(A, g, g.rank()), different.c_str(), RankError);
   // The source's shape does not divide: every rank learns it from the shape broadcast.
   const Mat<double> odd = g.rank() == 0 ? Mat<double>(Mat<double>::Ones(4 * p + 1, 4)) : Mat<double>();
-  const std::string indivisible =
-      "distribute<RowSharded>: rows " + std::to_string(4 * p + 1) + " is not divisible by group size " + std::to_string(p);
+  const std::string indivisible = "distribute<RowSharded>: rows " + std::to_string(4 * p + 1) +
+                                  " is not divisible by group size " + std::to_string(p);
   CHECK_THROWS_WITH_AS((void)distribute<RowSharded>(odd, g, 0), indivisible.c_str(), DivisibilityError);
   // The world is still usable afterwards: nothing was left half-done.
   CHECK(to_dense(distribute<ColSharded>(A, g, 0)) == A);
