@@ -171,8 +171,12 @@ TEST_CASE("label smoothing: TP=2 and 4 equal the dense TP=1 loss; Megatron's loc
   const M tp1 = sharded(1);
   CHECK(compare(tp1, M(r.loss)).within(1e-12));
 
-  // Megatron-LM's form on rank r's partition: smoothing = ε·V_r/(V_r − 1) and the mean of log p
+  // Megatron-LM's form on rank r's partition: smoothing = ε_M·V_r/(V_r − 1) and the mean of log p
   // over the V_r local columns (p the correct global softmax), loss_r = (1−s)·nll − s·mean_r log p.
+  // Megatron's ε_M spreads over the V − 1 other classes: our (PyTorch's) ε is ε_M·V/(V − 1), so
+  // the same loss is ε_M = ε·(V − 1)/V. (Before issue 12 our option was Megatron's ε_M, and this
+  // test passed ε to both.)
+  const double eps_megatron = eps * double(v - 1) / double(v);
   auto megatron = [&](int p, int rank) {
     const Index vl = v / p, c0 = rank * vl;
     M out(kT, 1);
@@ -180,13 +184,13 @@ TEST_CASE("label smoothing: TP=2 and 4 equal the dense TP=1 loss; Megatron's loc
       const double mx = x.row(i).maxCoeff();
       const double lse = mx + std::log((x.row(i).array() - mx).exp().sum());
       const double nll = lse - x(i, tg[i]);
-      const double s = eps * double(vl) / double(vl - 1);
+      const double s = eps_megatron * double(vl) / double(vl - 1);
       const double mean_logp = x.row(i).segment(c0, vl).mean() - lse;
       out(i, 0) = (1 - s) * nll - s * mean_logp;
     }
     return out;
   };
-  // At TP=1 Megatron's form is ours (the convention is the same)...
+  // At TP=1 Megatron's form with ε_M is ours with ε...
   CHECK(compare(megatron(1, 0), M(r.loss)).within(1e-12));
   for (int p : {2, 4}) {
     CAPTURE(p);
@@ -199,6 +203,83 @@ TEST_CASE("label smoothing: TP=2 and 4 equal the dense TP=1 loss; Megatron's loc
       const auto d = compare(megatron(p, rank), M(r.loss));
       CHECK(d.max_abs > 1e-3);
       if (rank == 0) MESSAGE("TP=" << p << ": ours vs dense " << e.max_abs << ", Megatron's local form vs dense " << d.max_abs);
+    }
+  }
+}
+
+// =============================================================================================
+// Label smoothing is PyTorch's (issue 12): loss = (1−ε)·NLL + ε·mean over all V classes of −log p
+// =============================================================================================
+TEST_CASE("label smoothing follows PyTorch's label_smoothing: (1-eps)*NLL + eps*mean_j(-log p_j), and its gradient") {
+  // A small dense example: 6 tokens, a vocabulary of 6 (padded to 8 at TP=2 and 4, pad logits
+  // 1000), one ignored token. The expected values are PyTorch's definition written out here in
+  // plain loops (no shardalg, no Eigen expression), in double.
+  constexpr Index t = 6, v = 6, vp = 8;
+  const double xs[t][v] = {{0.5, -1.25, 2.0, 0.0, 0.75, -0.5},   {1.5, 1.5, -2.0, 0.25, 3.0, -1.0},
+                           {-0.25, 0.0, 0.125, 4.0, -3.5, 2.25}, {2.5, -0.75, 1.0, 1.0, 0.5, 0.0},
+                           {0.0, 0.0, 0.0, 0.0, 0.0, 0.0},       {-1.0, 3.25, 0.5, -2.25, 1.75, 0.625}};
+  const Ids tg = {2, 4, kIgnore, 0, 5, 1};
+  M logits = M::Constant(t, vp, 1000.0);
+  for (Index i = 0; i < t; ++i)
+    for (Index j = 0; j < v; ++j) logits(i, j) = xs[i][j];
+
+  for (double eps : {0.0, 0.1, 0.25, 0.9}) {
+    CAPTURE(eps);
+    // PyTorch (reduction='mean', ignore_index): per-token loss, mean over the non-ignored tokens,
+    // d mean / d logits = (p − (1−ε)·onehot − ε/V) / count on non-ignored rows.
+    double want_loss[t] = {}, want_grad[t][v] = {};
+    double want_mean = 0;
+    int count = 0;
+    for (Index i = 0; i < t; ++i) count += tg[i] != kIgnore;
+    for (Index i = 0; i < t; ++i) {
+      if (tg[i] == kIgnore) continue;
+      double mx = xs[i][0];
+      for (Index j = 1; j < v; ++j) mx = std::max(mx, xs[i][j]);
+      double z = 0;
+      for (Index j = 0; j < v; ++j) z += std::exp(xs[i][j] - mx);
+      double logp[v];
+      for (Index j = 0; j < v; ++j) logp[j] = xs[i][j] - mx - std::log(z);
+      const double nll = -logp[tg[i]];
+      double mean_neg_logp = 0;
+      for (Index j = 0; j < v; ++j) mean_neg_logp += -logp[j];
+      mean_neg_logp /= double(v);
+      want_loss[i] = (1.0 - eps) * nll + eps * mean_neg_logp;
+      want_mean += want_loss[i] / double(count);
+      for (Index j = 0; j < v; ++j)
+        want_grad[i][j] = (std::exp(logp[j]) - (j == tg[i] ? 1.0 - eps : 0.0) - eps / double(v)) / double(count);
+    }
+    for (int p : {1, 2, 4}) {
+      CAPTURE(p);
+      const M z = p == 1 ? M(logits.leftCols(v)) : logits;
+      const auto o = run_ce<double>(p, z, tg, eps, M::Ones(t, 1), v);
+      CHECK(o.count == count);
+      CHECK(std::abs(o.mean - want_mean) <= 1e-14 * std::abs(want_mean));
+      double err = 0, scale = 0, gerr = 0, gscale = 0;
+      for (Index i = 0; i < t; ++i) {
+        err = std::max(err, std::abs(o.losses(i, 0) - want_loss[i]));
+        scale = std::max(scale, std::abs(want_loss[i]));
+        for (Index j = 0; j < v; ++j) {
+          gerr = std::max(gerr, std::abs(o.dmean(i, j) - want_grad[i][j]));
+          gscale = std::max(gscale, std::abs(want_grad[i][j]));
+        }
+        for (Index j = v; j < o.dmean.cols(); ++j) CHECK(o.dmean(i, j) == 0.0);
+      }
+      CHECK(err <= 1e-14 * scale);
+      CHECK(gerr <= 1e-14 * gscale);
+      CHECK(o.losses(2, 0) == 0.0);
+      // Megatron's ε_M (target 1 − ε_M, the other V − 1 classes ε_M/(V−1)) is ε_M = ε·(V−1)/V.
+      for (Index i = 0; i < t; ++i) {
+        if (tg[i] == kIgnore) continue;
+        const double em = eps * double(v - 1) / double(v);
+        double mx = xs[i][0];
+        for (Index j = 1; j < v; ++j) mx = std::max(mx, xs[i][j]);
+        double z = 0;
+        for (Index j = 0; j < v; ++j) z += std::exp(xs[i][j] - mx);
+        double megatron = 0;
+        for (Index j = 0; j < v; ++j)
+          megatron -= (j == tg[i] ? 1.0 - em : em / double(v - 1)) * (xs[i][j] - mx - std::log(z));
+        CHECK(std::abs(o.losses(i, 0) - megatron) <= 1e-14 * std::abs(megatron));
+      }
     }
   }
 }

@@ -27,8 +27,9 @@ namespace ref {
 using M = Eigen::MatrixXd;
 using V = Eigen::VectorXd;
 
-/// Softmax cross-entropy over all columns of x, written from the target distribution:
-/// q = 1 − ε on the target, ε/(V−1) on every other class; loss_t = −Σ_j q_j log p_j.
+/// Softmax cross-entropy over all columns of x, written from the target distribution with
+/// PyTorch's label smoothing: q = (1 − ε)·onehot + ε/V (the target 1 − ε + ε/V, every other
+/// class ε/V); loss_t = −Σ_j q_j log p_j.
 /// Ignored tokens: loss 0, gradient 0; mean over the others.
 struct Ce {
   V loss;
@@ -48,7 +49,7 @@ inline Ce cross_entropy(const M& x, const Ids& tg, std::int64_t ignore, double e
     for (Eigen::Index j = 0; j < nv; ++j) z += std::exp(x(i, j) - mx);
     double l = 0;
     for (Eigen::Index j = 0; j < nv; ++j) {
-      const double q = j == tg[i] ? 1.0 - eps : (nv > 1 ? eps / double(nv - 1) : 0.0);
+      const double q = (j == tg[i] ? 1.0 - eps : 0.0) + eps / double(nv);
       const double logp = x(i, j) - mx - std::log(z);
       l -= q * logp;
       r.dloss(i, j) = std::exp(logp) - q;

@@ -5,10 +5,15 @@
 //   3. cast<U>(x): the element-type conversion E140 names
 //   4. any arithmetic scalar scales a tensor; sum(x) → [1, 1][R]
 //   5. a group mismatch names the groups, not only their sizes
+//   6. shard<Replicated> of different data on different ranks is a ReplicaMismatchError (with the
+//      replica check on, as in every test); distribute<L>(A, g, src) broadcasts one rank's A
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <functional>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "testing.hpp"
 
@@ -408,4 +413,180 @@ TEST_CASE("misuse: sum(x) is the sum of the dense value, with the collective its
     CHECK(s.local()(0, 0) == A.sum());
     CHECK(sum(shard<ColSharded>((A.array() + 1).matrix().eval(), Group(c))).local()(0, 0) == A.sum() + 24);
   });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Replicated means the same on every rank: the replica check, and distribute<L>
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+/// Data generated inside each rank, as a new user writes it: a different matrix on every rank.
+Mat<double> per_rank_random(Index r, Index c, int rank) { return testing::random_real<double>(r, c, 100 + rank); }
+
+std::string differs(int rank, const char* shape) {
+  return std::string("shard<Replicated>: rank ") + std::to_string(rank) + "'s " + shape +
+         " matrix differs from rank 0's; a Replicated tensor must hold the same value on every rank: build it "
+         "from the same data on every rank, or broadcast one rank's with distribute<Replicated>(A, group, "
+         "src_rank)";
+}
+}  // namespace
+
+TEST_CASE("misuse: shard<Replicated> of different data on different ranks is a ReplicaMismatchError") {
+  ReplicaCheck on(true);
+  CHECK(check_replicas());
+  for (int p : {1, 2, 3, 4}) {
+    CAPTURE(p);
+    // Random data generated inside each rank: accepted before (and wrong later); now the ranks
+    // compare their copies and every rank throws, naming the shape and the first differing rank.
+    auto random_inside = [p] {
+      run_ranks(p, [](ThreadComm& c) { (void)shard<Replicated>(per_rank_random(4, 8, c.rank()), Group(c)); });
+    };
+    const std::string first = differs(1, "4x8"), last = differs(p - 1, "3x5");
+    if (p == 1) CHECK_NOTHROW(random_inside());
+    else CHECK_THROWS_WITH_AS(random_inside(), first.c_str(), ReplicaMismatchError);
+
+    // Only the last rank differs, in one bit of its last element: the message names that rank.
+    auto last_differs = [p] {
+      run_ranks(p, [p](ThreadComm& c) {
+        Mat<double> A = testing::random_int<double>(3, 5, 7);
+        if (c.rank() == p - 1 && p > 1) A(2, 4) = std::nextafter(A(2, 4), 100.0);
+        (void)shard<Replicated>(A, Group(c));
+      });
+    };
+    if (p == 1) CHECK_NOTHROW(last_differs());
+    else CHECK_THROWS_WITH_AS(last_differs(), last.c_str(), ReplicaMismatchError);
+
+    // The same data everywhere: accepted, and the check is verification traffic (not ledgered).
+    run_ranks(p, [](ThreadComm& c) {
+      Ledger l;
+      const Mat<double> A = testing::random_int<double>(4, 8, 3);
+      const auto x = shard<Replicated>(A, ledgered(c, l));
+      CHECK(x.local() == A);
+      CHECK(l.count() == 0);
+      // An int tensor and a float one are checked too (the bytes, whatever the type).
+      CHECK_NOTHROW((void)shard<Replicated>(A.cast<std::int32_t>().eval(), Group(c)));
+      CHECK_NOTHROW((void)shard<Replicated>(A.cast<float>().eval(), Group(c)));
+    });
+  }
+
+  // Different shapes: the message names both.
+  CHECK_THROWS_WITH_AS(run_ranks(3,
+                                 [](ThreadComm& c) {
+                                   (void)shard<Replicated>(Mat<double>::Zero(4, c.rank() == 2 ? 6 : 8), Group(c));
+                                 }),
+                       "shard<Replicated>: rank 2 passed a 4x6 matrix and rank 0 a 4x8 one; a Replicated tensor must "
+                       "hold the same value on every rank: build it from the same data on every rank, or broadcast "
+                       "one rank's with distribute<Replicated>(A, group, src_rank)",
+                       ReplicaMismatchError);
+  // A float tensor that differs: named the same way; a ReplicaMismatchError is a shardalg::Error.
+  CHECK_THROWS_AS(run_ranks(2,
+                            [](ThreadComm& c) {
+                              (void)shard<Replicated>(per_rank_random(2, 2, c.rank()).cast<float>().eval(), Group(c));
+                            }),
+                  Error);
+
+  // With the check off, the mistake goes through as before (the ranks hold different "replicas").
+  {
+    ReplicaCheck off(false);
+    CHECK_FALSE(check_replicas());
+    std::vector<char> agree(2);
+    run_ranks(2, [&](ThreadComm& c) {
+      const auto x = shard<Replicated>(per_rank_random(4, 8, c.rank()), Group(c));
+      agree[static_cast<std::size_t>(c.rank())] = replicas_agree(x);
+    });
+    CHECK_FALSE(agree[0]);
+  }
+  CHECK(check_replicas());  // the guard restored the setting
+  set_check_replicas(false);
+  CHECK_FALSE(check_replicas());
+  set_check_replicas(true);
+  CHECK(check_replicas());
+}
+
+namespace {
+template <class L>
+void check_distribute(int p, int src) {
+  CAPTURE(p);
+  CAPTURE(src);
+  CAPTURE(L::name);
+  const Mat<double> A = testing::random_int<double>(12, 12, 40 + static_cast<std::uint64_t>(src));
+  run_ranks(p, [&](ThreadComm& c) {
+    Ledger l;
+    Group g = ledgered(c, l);
+    // Only rank src has the data; the others pass an empty matrix.
+    const Mat<double> mine = c.rank() == src ? A : Mat<double>();
+    const auto x = distribute<L>(mine, g, src);
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(x)>, Sharded<double, L>>);
+    CHECK(x.rows() == 12);
+    CHECK(x.cols() == 12);
+    CHECK(to_dense(x) == A);
+    if constexpr (std::is_same_v<L, Partial>) {
+      // No data moves: rank src holds A, the others zeros.
+      CHECK(x.local() == (c.rank() == src ? A : Mat<double>(Mat<double>::Zero(12, 12))));
+      CHECK(l.count() == 0);
+    } else {
+      // This rank's share, as shard<L> of A would give it; one broadcast of the whole matrix.
+      CHECK(x.local() == shard<L>(A, Group(c)).local());
+      CHECK(l.count() == 1);
+      CHECK(l.count(CollectiveKind::broadcast) == 1);
+      const auto& e = l.entries().at(0);
+      CHECK(e.elements == 144);
+      CHECK(e.bytes == 144 * sizeof(double));
+      CHECK(e.layout_in == "dense");
+      CHECK(e.layout_out == L::notation);
+    }
+  });
+}
+}  // namespace
+
+TEST_CASE("misuse: distribute<L>(A, group, src_rank) broadcasts rank src's A and takes this rank's share") {
+  ReplicaCheck on(true);
+  for (int p : {1, 2, 3, 4})
+    for (int src = 0; src < p; ++src) {
+      check_distribute<Replicated>(p, src);
+      check_distribute<RowSharded>(p, src);
+      check_distribute<ColSharded>(p, src);
+      check_distribute<Partial>(p, src);
+    }
+  // The fix for data generated inside each rank: distribute it from one rank, and the replicas
+  // agree (shard<Replicated> of the result's local block passes the check).
+  for (int p : {2, 3, 4}) {
+    CAPTURE(p);
+    run_ranks(p, [](ThreadComm& c) {
+      const auto x = distribute<Replicated>(per_rank_random(4, 8, c.rank()), Group(c), 1);
+      CHECK(x.local() == per_rank_random(4, 8, 1));
+      CHECK(replicas_agree(x));
+      CHECK_NOTHROW((void)shard<Replicated>(x.local(), Group(c)));
+    });
+  }
+  // An expression is evaluated once, on the source rank only.
+  run_ranks(2, [](ThreadComm& c) {
+    const Mat<double> A = testing::random_int<double>(4, 4, 5);
+    const auto x = distribute<ColSharded>(2.0 * A, Group(c));
+    CHECK(to_dense(x) == 2.0 * A);
+  });
+}
+
+TEST_CASE("misuse: distribute<L> with a bad source rank, or ranks that name different ones") {
+  ReplicaCheck on(true);
+  const Mat<double> A = Mat<double>::Ones(4, 4);
+  CHECK_THROWS_WITH_AS(run_ranks(2, [&](ThreadComm& c) { (void)distribute<Replicated>(A, Group(c), 2); }),
+                       "distribute<Replicated>: source rank 2 is outside a group of 2 ranks", RankError);
+  CHECK_THROWS_WITH_AS(run_ranks(4, [&](ThreadComm& c) { (void)distribute<RowSharded>(A, Group(c), -1); }),
+                       "distribute<RowSharded>: source rank -1 is outside a group of 4 ranks", RankError);
+  CHECK_THROWS_WITH_AS((void)distribute<ColSharded>(A, Group(SelfComm{}), 1),
+                       "distribute<ColSharded>: source rank 1 is outside a group of 1 rank", RankError);
+  // Every rank names itself: with the replica check on, a RankError on every rank, not a hang.
+  CHECK_THROWS_WITH_AS(run_ranks(3, [&](ThreadComm& c) { (void)distribute<Partial>(A, Group(c), c.rank()); }),
+                       "distribute<Partial>: the ranks name different source ranks (0 and 2)", RankError);
+  // The source's shape does not divide: every rank learns it from the shape broadcast.
+  CHECK_THROWS_WITH_AS(run_ranks(2,
+                                 [&](ThreadComm& c) {
+                                   (void)distribute<RowSharded>(c.rank() == 1 ? Mat<double>(Mat<double>::Ones(3, 4))
+                                                                              : Mat<double>(),
+                                                                Group(c), 1);
+                                 }),
+                       "distribute<RowSharded>: rows 3 is not divisible by group size 2", DivisibilityError);
+  // A RankError is a shardalg::Error.
+  CHECK_THROWS_AS((void)distribute<Replicated>(A, Group(SelfComm{}), 3), Error);
 }

@@ -53,6 +53,17 @@ struct EmptyTensorError : Error {
 struct CommError : Error {
   using Error::Error;
 };
+/// A rank number outside its group (a source rank of distribute, a root): the message names it
+/// and the group size.
+struct RankError : Error {
+  using Error::Error;
+};
+/// A Replicated tensor whose ranks hold different values (found by the replica check of
+/// shard<Replicated>, core/checks.hpp): the message names the shape and the first rank that
+/// differs from rank 0.
+struct ReplicaMismatchError : Error {
+  using Error::Error;
+};
 
 namespace detail {
 template <class... Args>

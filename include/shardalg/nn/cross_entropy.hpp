@@ -7,23 +7,25 @@
 //             packed[T, k] = (Σ_j e_j, logit of the target if this rank owns it else 0
 //                             [, Σ_j logit_j over real columns when label smoothing > 0])  [Partial]
 //             all_reduce(sum) → packed[R]                              1 all_reduce of k·T values
-//             lse = m + log Σe;  loss_t = lse − (1−s)·x_target − s·(Σ_j x_j)/V      [T, 1][R]
+//             lse = m + log Σe;  loss_t = lse − (1−ε)·x_target − ε·(Σ_j x_j)/V      [T, 1][R]
 //             k = 2 without label smoothing, 3 with it: 2 all-reduces in all, 3·T or 4·T values.
-//   backward  dlogits_tj = g_t · (p_tj − (1−s)·[j = target_t] − s/V)  on real columns, 0 on pad
+//   backward  dlogits_tj = g_t · (p_tj − (1−ε)·[j = target_t] − ε/V)  on real columns, 0 on pad
 //             columns, p = e / Σe kept from the forward: each rank its own columns, no
 //             communication. g_t is the upstream gradient of token t's loss (1/count for the mean).
 //
 // ignore_index: tokens with that target have loss 0 and gradient 0; the mean divides by the
 // number of other tokens (0 when there are none).
 //
-// Label smoothing ε (Megatron's convention): the target keeps probability 1 − ε and ε is spread
-// evenly over the other V − 1 classes, q_j = ε/(V−1); loss_t = −Σ_j q_j log p_j. With
-// s = ε·V/(V−1) this is (1−s)·nll − s·mean_j log p_j, and mean_j log p_j = (Σ_j x_j)/V − lse,
-// which is why Σ_j x_j rides in the same sum all-reduce. V is the *global* real vocabulary (pad
-// columns excluded) and the mean runs over the global vocabulary. Megatron-LM's vocab-parallel
-// loss uses the local partition size for V and the mean over the local partition, which is only
-// right at TP=1 (tests/gpt/test_vocab_parallel.cpp shows the difference). PyTorch's
-// label_smoothing ε' spreads ε' over all V classes: ε' = s.
+// Label smoothing ε (PyTorch's `label_smoothing`, CrossEntropyLoss): the target distribution is
+// q = (1−ε)·onehot + ε/V, ε spread evenly over all V classes, the target included; loss_t =
+// −Σ_j q_j log p_j = (1−ε)·nll − ε·mean_j log p_j, and mean_j log p_j = (Σ_j x_j)/V − lse, which
+// is why Σ_j x_j rides in the same sum all-reduce. V is the *global* real vocabulary (pad columns
+// excluded) and the mean runs over the global vocabulary. Megatron-LM's ε spreads over the other
+// V − 1 classes only (the target keeps 1 − ε_M): Megatron's ε_M is ε = ε_M·V/(V−1) here.
+// (Before issue 12 this option followed Megatron's convention, so passing PyTorch's value was
+// silently off by a factor V/(V−1).) Megatron-LM's vocab-parallel loss also uses the local
+// partition size for V and the mean over the local partition, which is only right at TP=1
+// (tests/gpt/test_vocab_parallel.cpp shows the difference).
 #pragma once
 
 #include <algorithm>
@@ -104,7 +106,7 @@ struct CrossEntropyKernels<CpuBackend> {
     return l;
   }
 
-  /// dlogits = g_t · (p − (1−s)·onehot − s/V) on real columns, 0 on pad columns (eps = s).
+  /// dlogits = g_t · (p − (1−ε)·onehot − ε/V) on real columns, 0 on pad columns.
   template <class T>
   static M<T> grad(const M<T>& p, std::span<const std::int64_t> targets, const M<T>& g, Index c0, Index vocab, T eps) {
     const Index n = std::clamp<Index>(vocab - c0, 0, p.cols());
@@ -121,7 +123,9 @@ struct CrossEntropyKernels<CpuBackend> {
   }
 };
 
-/// Options of the loss.
+/// Options of the loss, as PyTorch's CrossEntropyLoss names them: label_smoothing ε ∈ [0, 1)
+/// gives the target 1 − ε + ε/V and every other class ε/V (PyTorch's definition; Megatron-LM's
+/// ε_M corresponds to ε = ε_M·V/(V−1)).
 struct CrossEntropyOptions {
   std::int64_t ignore_index = -100;
   double label_smoothing = 0.0;
@@ -154,17 +158,13 @@ class VocabParallelCrossEntropy {
       throw ShapeError(shardalg::detail::cat(name_, ": vocabulary size ", vocab_, " must be at least 1"));
     if (!(opt_.label_smoothing >= 0.0 && opt_.label_smoothing < 1.0))
       throw ShapeError(shardalg::detail::cat(name_, ": label smoothing ", opt_.label_smoothing, " is not in [0, 1)"));
-    if (opt_.label_smoothing > 0.0 && vocab_ < 2)
-      throw ShapeError(shardalg::detail::cat(name_, ": label smoothing needs a vocabulary of at least 2, got ", vocab_));
   }
 
   [[nodiscard]] Index vocab_size() const { return vocab_; }
   [[nodiscard]] const CrossEntropyOptions& options() const { return opt_; }
-  /// s = ε·V/(V−1): the weight of the uniform part of the target distribution, q = (1−s)·onehot + s/V.
-  [[nodiscard]] double smoothing_coefficient() const {
-    return opt_.label_smoothing > 0.0 ? opt_.label_smoothing * static_cast<double>(vocab_) / static_cast<double>(vocab_ - 1)
-                                      : 0.0;
-  }
+  /// ε, the weight of the uniform part of the target distribution, q = (1−ε)·onehot + ε/V (the
+  /// option itself, PyTorch's label_smoothing).
+  [[nodiscard]] double smoothing_coefficient() const { return opt_.label_smoothing; }
   /// Values per token in the sum all-reduce: 2, or 3 with label smoothing.
   [[nodiscard]] int packed_values() const { return opt_.label_smoothing > 0.0 ? 3 : 2; }
 

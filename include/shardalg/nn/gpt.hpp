@@ -64,7 +64,7 @@ struct GptConfig {
   std::uint64_t seed = 1234;
   double init_std = 0.02;
   Index vocab_divisor = 128;  // pad the vocabulary to a multiple of vocab_divisor · TP
-  double label_smoothing = 0.0;
+  double label_smoothing = 0.0;  // PyTorch's ε: target 1 − ε + ε/V, the others ε/V (nn/cross_entropy.hpp)
   std::int64_t ignore_index = -100;
 
   [[nodiscard]] Index ffn_size() const { return ffn > 0 ? ffn : 4 * hidden; }

@@ -311,8 +311,9 @@ double fd_error(F&& loss, M& param, const M& analytic, double h = 1e-5, bool abs
 
 // ---- GPT (issue 4): embedding → blocks → final norm → tied head → cross-entropy ---------------------------
 // The whole model on one "device", in double: E[vocab, h] looks tokens up and, transposed, is the LM
-// head (tied); the loss is the mean token cross-entropy with Megatron's label smoothing (the target
-// keeps 1 − ε, every other class gets ε/(V − 1)) and ignore_index.
+// head (tied); the loss is the mean token cross-entropy with PyTorch's label smoothing (the target
+// distribution is (1 − ε)·onehot + ε/V: the target gets 1 − ε + ε/V, every other class ε/V) and
+// ignore_index.
 struct Gpt {
   M emb;  // [vocab, h]
   std::vector<Block> blocks;
@@ -360,7 +361,7 @@ inline GptOut gpt_forward(const Gpt& g, const std::vector<std::int64_t>& tokens,
     double z = 0;
     for (Index j = 0; j < v; ++j) z += std::exp(o.logits(i, j) - mx);
     for (Index j = 0; j < v; ++j) {
-      const double q = j == tg ? 1.0 - eps_smooth : eps_smooth / double(v - 1);
+      const double q = (j == tg ? 1.0 - eps_smooth : 0.0) + eps_smooth / double(v);
       const double logp = o.logits(i, j) - mx - std::log(z);
       o.loss(i) -= q * logp;
       o.dlogits(i, j) = std::exp(logp) - q;
