@@ -4,6 +4,7 @@
 #pragma once
 
 #include "shardalg/collective/split.hpp"
+#include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 
 namespace shardalg {
@@ -32,6 +33,8 @@ auto all_gather(const Sharded<T, L, B>& x) {
     return diagnose<Diag::all_gather_input, L>();
   } else {
     detail::check_operand(x.group(), "all_gather");
+    auto e = explain_op(x.group(), "all_gather", dtype_of<T>,
+                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), LayoutKind::replicated)); });
     Group g = x.group();
     auto out = detail::gather_local(x, g, CallInfo{L::notation, "R"});
     return Sharded<T, Replicated, B>(std::move(out), x.rows(), x.cols(), std::move(g));

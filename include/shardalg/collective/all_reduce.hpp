@@ -2,6 +2,7 @@
 // Ring traffic per rank: 2(P−1)/P · V.  Adjoint: identity (an R cotangent goes to every summand).
 #pragma once
 
+#include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 
 namespace shardalg {
@@ -13,6 +14,8 @@ auto all_reduce(Sharded<T, L, B> x) {
     return diagnose<Diag::all_reduce_input, L>();
   } else {
     detail::check_operand(x.group(), "all_reduce");
+    auto e = explain_op(x.group(), "all_reduce", dtype_of<T>,
+                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), LayoutKind::replicated)); });
     const Index r = x.rows(), c = x.cols();
     Group g = x.group();
     auto local = std::move(x).local();
@@ -59,6 +62,8 @@ auto all_reduce_start(Sharded<T, L, B> x) {
     return diagnose<Diag::all_reduce_input, L>();
   } else {
     detail::check_operand(x.group(), "all_reduce_start");
+    auto e = explain_op(x.group(), "all_reduce_start", dtype_of<T>,
+                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), LayoutKind::replicated)); });
     const Index r = x.rows(), c = x.cols();
     Group g = x.group();
     return PendingAllReduce<T, B>(std::move(x).local(), r, c, std::move(g), CallInfo{"Partial", "R"});

@@ -2,6 +2,7 @@
 // exchanges the rest. Traffic per rank: (P−1)/P² · V. Adjoint: all_to_all back.
 #pragma once
 
+#include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 
 namespace shardalg {
@@ -15,6 +16,8 @@ auto all_to_all(const Sharded<T, L, B>& x) {
     detail::check_operand(x.group(), "all_to_all<", To::name, ">");
     const int p = x.size();
     detail::check_divisible(To::kind, x.rows(), x.cols(), p, "all_to_all<", To::name, ">");
+    auto e = explain_op(x.group(), "all_to_all", dtype_of<T>,
+                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), To::kind)); });
     const Index br = x.rows() / p, bc = x.cols() / p;  // the exchanged tile is br × bc
     const auto n = static_cast<std::size_t>(br * bc);
     const CallInfo info{L::notation, To::notation};

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "shardalg/collective/all_gather.hpp"
+#include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 
 namespace shardalg {
@@ -16,6 +17,8 @@ auto reduce_scatter(const Sharded<T, L, B>& x) {
     detail::check_operand(x.group(), "reduce_scatter<", To::name, ">");
     const int p = x.size();
     detail::check_divisible(To::kind, x.rows(), x.cols(), p, "reduce_scatter<", To::name, ">");
+    auto e = explain_op(x.group(), "reduce_scatter", dtype_of<T>,
+                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), To::kind)); });
     const auto [lr, lc] = local_shape(To::kind, x.rows(), x.cols(), p);
     auto out = B::template empty<T>(lr, lc);
     const auto n = static_cast<std::size_t>(lr * lc);

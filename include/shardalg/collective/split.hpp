@@ -2,6 +2,7 @@
 // communication. Adjoint: all_gather.
 #pragma once
 
+#include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 
 namespace shardalg {
@@ -15,6 +16,8 @@ auto split(const Sharded<T, L, B>& x) {
     detail::check_operand(x.group(), "split<", To::name, ">");
     const int p = x.size(), r = x.rank();
     detail::check_divisible(To::kind, x.rows(), x.cols(), p, "split<", To::name, ">");
+    auto e = explain_op(x.group(), "split", dtype_of<T>,
+                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), To::kind)); });
     const auto [lr, lc] = local_shape(To::kind, x.rows(), x.cols(), p);
     const Index r0 = To::kind == LayoutKind::row ? r * lr : 0;
     const Index c0 = To::kind == LayoutKind::col ? r * lc : 0;

@@ -13,6 +13,7 @@
 // all_to_all (P ranks exchange P tiles of n each). The cost model's ring factors apply to V. Verification traffic (to_dense, replica checks) is not recorded.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "shardalg/comm/communicator.hpp"
+#include "shardalg/comm/explain_log.hpp"
 
 namespace shardalg {
 
@@ -69,7 +71,14 @@ class Ledger {
     const double t = now();
     entries_.push_back({kind, elements, elements * size_of(dtype), dtype, std::string(info.layout_in),
                         std::string(info.layout_out), path_, group_size, t, t});
-    return entries_.size() - 1;
+    const std::size_t k = entries_.size() - 1;
+    if (explaining_) {
+      if (open_.empty())  // a raw Group call: a line of its own
+        ops_.push_back({path_, 0, "-", std::string(to_string(dtype)),
+                        std::string(info.layout_in) + " → " + std::string(info.layout_out), {k}});
+      else ops_[open_.back()].collectives.push_back(k);
+    }
+    return k;
   }
   /// Entry `k` (from record) has finished: the decorator calls this after forwarding the call.
   void finish(std::size_t k) {
@@ -102,7 +111,58 @@ class Ledger {
   }
 
   [[nodiscard]] const std::vector<LedgerEntry>& entries() const { return entries_; }
-  void clear() { entries_.clear(); }
+  /// Forgets the entries and the explain log (ops still open stay open).
+  void clear() {
+    entries_.clear();
+    ops_.clear();
+    open_.clear();
+  }
+
+  // ---- the explain log (comm/explain_log.hpp) ----------------------------------------------
+  /// Turns the explain log on or off; off by default (then ops do not even format their text).
+  void explain(bool on) { explaining_ = on; }
+  [[nodiscard]] bool explaining() const { return explaining_; }
+  /// An op starts: the collectives recorded until close_op() are its own. Ops nest.
+  void open_op(std::string op, std::string dtype, std::string layouts) {
+    ops_.push_back({path_, static_cast<int>(open_.size()), std::move(op), std::move(dtype), std::move(layouts), {}});
+    open_.push_back(ops_.size() - 1);
+  }
+  void close_op() {
+    if (!open_.empty()) open_.pop_back();
+  }
+  [[nodiscard]] const std::vector<ExplainRecord>& explained() const { return ops_; }
+  /// The explain log as a table: one line per op (children indented), its collectives beside it.
+  [[nodiscard]] std::string explain_log() const {
+    std::size_t ws = 5, wo = 2, wl = 7;
+    for (const auto& r : ops_) {
+      ws = std::max(ws, r.scope.empty() ? 1 : r.scope.size());
+      wo = std::max(wo, 2 * static_cast<std::size_t>(r.depth) + r.op.size());
+      wl = std::max(wl, utf8_length(r.layouts));
+    }
+    std::ostringstream os;
+    auto line = [&](const std::string& sc, const std::string& op, const std::string& dt, const std::string& lay,
+                    const std::string& coll) {
+      os << detail::pad_utf8(sc, ws) << detail::pad_utf8(op, wo) << detail::pad_utf8(dt, 5)
+         << detail::pad_utf8(lay, wl) << coll << '\n';
+    };
+    line("scope", "op", "dtype", "layouts", "collectives");
+    for (const auto& r : ops_) {
+      std::vector<std::string> coll;
+      for (std::size_t k : r.collectives) {
+        if (k >= entries_.size()) continue;
+        const auto& e = entries_[k];
+        std::ostringstream c;
+        c << to_string(e.kind) << ' ' << e.elements << " x " << to_string(e.dtype) << " = "
+          << detail::human_bytes(e.bytes) << " on " << e.group_size << (e.group_size == 1 ? " rank" : " ranks");
+        coll.push_back(c.str());
+      }
+      if (coll.empty()) coll.push_back("-");
+      const std::string indent(2 * static_cast<std::size_t>(r.depth), ' ');
+      line(r.scope.empty() ? "-" : r.scope, indent + r.op, r.dtype, r.layouts, coll[0]);
+      for (std::size_t i = 1; i < coll.size(); ++i) line("", "", "", "", coll[i]);
+    }
+    return os.str();
+  }
 
   /// True when `entry_scope` is `scope` or nested inside it ("" matches everything).
   static bool in_scope(std::string_view entry_scope, std::string_view scope) {
@@ -172,7 +232,16 @@ class Ledger {
     return out;
   }
 
+  static std::size_t utf8_length(const std::string& s) {
+    std::size_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+    return n;
+  }
+
   std::vector<LedgerEntry> entries_;
+  bool explaining_ = false;
+  std::vector<ExplainRecord> ops_;
+  std::vector<std::size_t> open_;  // indices into ops_ of the ops still running, innermost last
   std::vector<std::size_t> stack_;
   std::string path_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();

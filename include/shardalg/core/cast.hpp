@@ -11,6 +11,7 @@
 
 #include <type_traits>
 
+#include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 
 namespace shardalg {
@@ -20,6 +21,9 @@ Sharded<U, L, B> cast(const Sharded<T, L, B>& x) {
   static_assert(requires(const typename B::template matrix<T>& m) { B::template cast<U>(m); },
                 "shardalg: cast<U>(x) needs the backend's cast<U>(block)");
   detail::check_operand(x.group(), "cast");
+  auto e = explain_op(x.group(), "cast", dtype_of<U>, [&] {
+    return detail::cat(to_string(dtype_of<T>), " ", notation(x), " → ", to_string(dtype_of<U>), " ", notation(x));
+  });
   if constexpr (std::is_same_v<U, T>) {
     return x;
   } else {

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "shardalg/core/rules.hpp"
+#include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 
 namespace shardalg {
@@ -55,6 +56,12 @@ MatView<typename operand<X>::value_type> view_of(const X& x) {
   using O = operand<X>;
   const auto& t = O::tensor(x);
   return O::backend::view(t.local(), O::trans);
+}
+/// "16x8[Row]" for a tensor, "(16x8[Row])ᵀ" for its transposed view (which acts as 8x16[C]).
+template <class X>
+std::string operand_notation(const X& x) {
+  using O = operand<X>;
+  return O::trans ? cat("(", notation(O::tensor(x)), ")ᵀ") : notation(O::tensor(x));
 }
 template <class X>
 std::pair<Index, Index> global_shape(const X& x) {
@@ -114,6 +121,11 @@ auto matmul(const A& a, const Bop& b) {
     const Group& g = detail::result_group(ta.group(), tb.group(), "matmul");  // the ledgered handle of the two
     const int p = g.size();
     detail::check_divisible(rule.result, m, n, p, "matmul result");
+    // A[a] · B[b] → C[rule.result], local: the log shows no collective under it.
+    auto e = explain_op(g, "matmul", dtype_of<T>, [&, rows = m, cols = n] {  // (Clang 14: no binding captures)
+      return detail::cat(detail::operand_notation(a), " · ", detail::operand_notation(b), " → ",
+                         notation(rows, cols, rule.result));
+    });
     return Out(detail::local_product<T, Bk>(detail::view_of(a), detail::view_of(b), rule, m, n, g.rank(), p), m, n,
                g);
   }

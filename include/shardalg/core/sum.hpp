@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "shardalg/collective/all_reduce.hpp"
+#include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 
 namespace shardalg {
@@ -22,6 +23,8 @@ namespace shardalg {
 template <class T, class L, class B>
 Sharded<T, Replicated, B> sum(const Sharded<T, L, B>& x) {
   detail::check_operand(x.group(), "sum");
+  // Σ X[L] → [R]: local for R, else the partial sums are all-reduced (listed as a child op).
+  auto e = explain_op(x.group(), "sum", dtype_of<T>, [&] { return detail::cat("Σ ", notation(x), " → 1x1[R]"); });
   auto s = B::row_sum(B::col_sum(x.local()));  // [1, 1]: Σ of this rank's block
   if constexpr (std::is_same_v<L, Replicated>) {
     return Sharded<T, Replicated, B>(std::move(s), 1, 1, x.group());

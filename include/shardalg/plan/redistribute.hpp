@@ -22,6 +22,7 @@
 #include "shardalg/collective/all_to_all.hpp"
 #include "shardalg/collective/reduce_scatter.hpp"
 #include "shardalg/collective/split.hpp"
+#include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 #include "shardalg/plan/plan.hpp"
 
@@ -35,6 +36,8 @@ auto to_partial(const Sharded<T, L, B>& x) {
     return diagnose<Diag::to_partial_input, L>();
   } else {
     detail::check_operand(x.group(), "to_partial");
+    auto e = explain_op(x.group(), "to_partial", dtype_of<T>,
+                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), LayoutKind::partial)); });
     auto out = B::template zeros<T>(x.rows(), x.cols());
     if constexpr (std::is_same_v<L, Replicated>) {
       if (x.rank() == 0) out = x.local();
@@ -104,7 +107,11 @@ auto redistribute(const Sharded<T, L, B>& x, const plan::Model& m = {}) {
   if constexpr (!Layout<To>) {
     return diagnose<Diag::plan_target, To>();
   } else {
-    return detail::run_chain<To>(x, detail::redistribute_plan_for(x, To::kind, m).chain);
+    const auto pl = detail::redistribute_plan_for(x, To::kind, m);
+    // X[L] → X[To]; the chain's steps are listed under it as the collectives they are.
+    auto e = explain_op(x.group(), "redistribute", dtype_of<T>,
+                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), To::kind)); });
+    return detail::run_chain<To>(x, pl.chain);
   }
 }
 
