@@ -10,35 +10,31 @@
 // cost is a gather to one writer per tensor: fine for the models this library trains; a model
 // too large for one host would store per-rank shards with these maps as metadata instead.
 //
-// Format: a directory with
-//   meta.json     {"format": "shardalg-gpt-checkpoint", "version": 1, "config": {…GptConfig…},
+// Format (nn/checkpoint_files.hpp: written atomically, every byte hashed and verified on load):
+//   meta.json     {"format": "shardalg-gpt-checkpoint", "version": 2, "config": {…GptConfig…},
 //                  "step": <optimizer steps>, "optimizer": {"kind": "adam"|"sgd", "step": t, …},
-//                  "tensors": [{"name", "rows", "cols", "offset"}, …]}
+//                  "tensors": [{"name", "rows", "cols", "offset", "fnv1a64"}, …], …}
 //   tensors.bin   every tensor as little-endian IEEE-754 float64, row-major, at its byte offset
 // float models are widened to float64 (exact) and narrowed back on load (exact for values that
 // came from float).
 //
 //   nn::save_checkpoint(dir, model, optimizer);        collective: every rank calls; rank 0 writes
 //   auto m = nn::load_checkpoint<T>(dir, group, optimizer, sp);   any TP size, SP on or off
+//   auto m = nn::load_checkpoint<T>(dir, group, optimizer, {.expect = cfg, .optimizer_state = false});
 #pragma once
 
-#include <bit>
-#include <cstdint>
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "shardalg/nn/checkpoint_files.hpp"
 #include "shardalg/nn/gpt.hpp"
 
 namespace shardalg::nn {
-
-struct CheckpointError : Error {
-  using Error::Error;
-};
 
 inline nlohmann::json to_json(const GptConfig& c) {
   return {{"vocab", c.vocab},
@@ -89,58 +85,6 @@ inline GptConfig gpt_config_from_json(const nlohmann::json& j) {
   return c;
 }
 
-/// Write meta.json and tensors.bin (one process; no communication).
-inline void write_checkpoint_files(const std::filesystem::path& dir, const nlohmann::json& meta_in, const Masters& tensors) {
-  static_assert(std::endian::native == std::endian::little, "checkpoint: tensors.bin is little-endian");
-  std::filesystem::create_directories(dir);
-  nlohmann::json meta = meta_in;
-  meta["format"] = "shardalg-gpt-checkpoint";
-  meta["version"] = 1;
-  meta["tensors"] = nlohmann::json::array();
-  std::ofstream bin(dir / "tensors.bin", std::ios::binary);
-  if (!bin) throw CheckpointError(shardalg::detail::cat("checkpoint: cannot write ", (dir / "tensors.bin").string()));
-  std::uint64_t offset = 0;
-  std::vector<double> row;
-  for (const auto& [name, m] : tensors) {
-    meta["tensors"].push_back({{"name", name}, {"rows", m.rows()}, {"cols", m.cols()}, {"offset", offset}});
-    row.resize(static_cast<std::size_t>(m.cols()));
-    for (Index r = 0; r < m.rows(); ++r) {
-      for (Index c = 0; c < m.cols(); ++c) row[static_cast<std::size_t>(c)] = m(r, c);
-      bin.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(row.size() * sizeof(double)));
-    }
-    offset += static_cast<std::uint64_t>(m.size()) * sizeof(double);
-  }
-  std::ofstream(dir / "meta.json") << meta.dump(2) << '\n';
-}
-
-/// Read meta.json and tensors.bin.
-inline std::pair<nlohmann::json, Masters> read_checkpoint_files(const std::filesystem::path& dir) {
-  std::ifstream mf(dir / "meta.json");
-  if (!mf) throw CheckpointError(shardalg::detail::cat("checkpoint: cannot read ", (dir / "meta.json").string()));
-  const nlohmann::json meta = nlohmann::json::parse(mf);
-  if (meta.value("format", "") != "shardalg-gpt-checkpoint" || meta.value("version", 0) != 1)
-    throw CheckpointError(shardalg::detail::cat("checkpoint: ", (dir / "meta.json").string(),
-                                                " is not a version-1 shardalg GPT checkpoint"));
-  std::ifstream bin(dir / "tensors.bin", std::ios::binary);
-  if (!bin) throw CheckpointError(shardalg::detail::cat("checkpoint: cannot read ", (dir / "tensors.bin").string()));
-  Masters out;
-  std::vector<double> buf;
-  for (const auto& t : meta.at("tensors")) {
-    const Index rows = t.at("rows"), cols = t.at("cols");
-    const std::uint64_t offset = t.at("offset");
-    buf.resize(static_cast<std::size_t>(rows * cols));
-    bin.seekg(static_cast<std::streamoff>(offset));
-    bin.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(buf.size() * sizeof(double)));
-    if (!bin)
-      throw CheckpointError(shardalg::detail::cat("checkpoint: tensors.bin is truncated at ", t.at("name").get<std::string>()));
-    Eigen::MatrixXd m(rows, cols);
-    for (Index r = 0; r < rows; ++r)
-      for (Index c = 0; c < cols; ++c) m(r, c) = buf[static_cast<std::size_t>(r * cols + c)];
-    out.emplace(t.at("name").get<std::string>(), std::move(m));
-  }
-  return {meta, std::move(out)};
-}
-
 namespace detail {
 template <class Opt>
 nlohmann::json optimizer_json(const Opt& opt) {
@@ -169,28 +113,85 @@ void save_checkpoint(const std::filesystem::path& dir, Gpt<T, B>& model, const O
   g.barrier();
 }
 
-/// Load a checkpoint at this group's TP size (any; SP on or off as `sp` says, else as saved).
-/// The optimizer's options are the caller's; its step count and state come from the file.
+/// What load_checkpoint checks and restores.
+struct LoadOptions {
+  /// SP on or off; unset: as saved.
+  std::optional<bool> sp = std::nullopt;
+  /// The configuration the caller's model has: the saved one must agree on every field that shapes
+  /// the state (sizes, layers, activation, norm, bias, eps, dropout, vocab_divisor, seq; the seed
+  /// when dropout is on), else a CheckpointError naming the field. Unset: the saved one is taken.
+  std::optional<GptConfig> expect = std::nullopt;
+  /// Restore the optimizer's state; every parameter's moments must then be in the file. false:
+  /// the optimizer starts fresh (step count 0), explicitly.
+  bool optimizer_state = true;
+};
+
+namespace detail {
+/// The fields of the saved configuration that differ from `want` (architecture, data shape, init).
+inline void check_config(const std::filesystem::path& dir, const GptConfig& got, const GptConfig& want) {
+  const nlohmann::json a = to_json(got), b = to_json(want);
+  // What shapes the stored state or the computation it resumes; not the run's choices: SP (any
+  // checkpoint loads with it on or off), batch, the loss options, init_std (weights are loaded),
+  // and the seed unless dropout draws from it.
+  const std::vector<std::string> free = {"sp", "batch", "label_smoothing", "ignore_index", "init_std"};
+  for (const auto& [k, v] : b.items()) {
+    if (std::find(free.begin(), free.end(), k) != free.end()) continue;
+    if (k == "seed" && want.dropout == 0 && got.dropout == 0) continue;
+    if (!a.contains(k) || a.at(k) != v)
+      throw CheckpointError(shardalg::detail::cat("checkpoint: ", (dir / "meta.json").string(), ": config.", k, " is ",
+                                                  a.contains(k) ? a.at(k).dump() : std::string("missing"),
+                                                  ", the model expects ", v.dump()));
+  }
+}
+}  // namespace detail
+
+/// Load a checkpoint at this group's TP size (any; SP on or off as options.sp says, else as
+/// saved). The optimizer's options are the caller's; its step count and state come from the file.
+template <Element T, class B = CpuBackend, class Opt>
+Gpt<T, B> load_checkpoint(const std::filesystem::path& dir, const Group& g, Opt& opt, const LoadOptions& options) {
+  auto [meta, tensors] = read_checkpoint_files(dir);
+  const auto meta_path = (dir / "meta.json").string();
+  try {
+    GptConfig cfg = gpt_config_from_json(meta.at("config"));
+    if (options.expect) detail::check_config(dir, cfg, *options.expect);
+    if (options.sp) cfg.sp = *options.sp;
+    Masters weights, state;
+    for (auto& [k, v] : tensors) {
+      if (k.rfind("optim.", 0) == 0) state.emplace(k.substr(6), std::move(v));
+      else weights.emplace(k, std::move(v));
+    }
+    auto model = Gpt<T, B>::from_masters(cfg, weights, g);
+    model.set_steps(meta.at("step").get<long>());
+    if (!options.optimizer_state) return model;
+    const auto& oj = meta.at("optimizer");
+    const std::string want = Gpt<T, B>::template has_moments<Opt> ? "adam" : "sgd";
+    if (oj.at("kind") != want)
+      throw CheckpointError(shardalg::detail::cat("checkpoint: ", meta_path, ": optimizer state is ",
+                                                  oj.at("kind").get<std::string>(), ", loading into ", want));
+    // Every parameter has its state once the optimizer has stepped: a missing entry is an error,
+    // never a silently reset moment.
+    if (oj.at("step").get<long>() > 0) {
+      const std::vector<std::string> kinds =
+          want == "adam" ? std::vector<std::string>{"m.", "v."} : std::vector<std::string>{"momentum."};
+      for (const auto& [name, w] : weights)
+        for (const auto& k : kinds)
+          if (!state.count(k + name))
+            throw CheckpointError(shardalg::detail::cat(
+                "checkpoint: ", meta_path, ": optimizer state has no ", k, name, " (after ", oj.at("step").get<long>(),
+                " steps every parameter has one; load with optimizer_state = false to start the optimizer fresh)"));
+    }
+    if constexpr (requires { opt.set_step_count(0L); }) opt.set_step_count(oj.at("step").get<long>());
+    model.load_optimizer(opt, state);
+    return model;
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(shardalg::detail::cat("checkpoint: ", meta_path, ": ", e.what()));
+  }
+}
+
+/// load_checkpoint with SP on or off as `sp` says (else as saved), everything else checked.
 template <Element T, class B = CpuBackend, class Opt>
 Gpt<T, B> load_checkpoint(const std::filesystem::path& dir, const Group& g, Opt& opt, std::optional<bool> sp = {}) {
-  auto [meta, tensors] = read_checkpoint_files(dir);
-  GptConfig cfg = gpt_config_from_json(meta.at("config"));
-  if (sp) cfg.sp = *sp;
-  Masters weights, state;
-  for (auto& [k, v] : tensors) {
-    if (k.rfind("optim.", 0) == 0) state.emplace(k.substr(6), std::move(v));
-    else weights.emplace(k, std::move(v));
-  }
-  auto model = Gpt<T, B>::from_masters(cfg, weights, g);
-  model.set_steps(meta.at("step").get<long>());
-  const auto& oj = meta.at("optimizer");
-  const std::string want = Gpt<T, B>::template has_moments<Opt> ? "adam" : "sgd";
-  if (oj.at("kind") != want)
-    throw CheckpointError(shardalg::detail::cat("checkpoint: optimizer state is ", oj.at("kind").get<std::string>(),
-                                                ", loading into ", want));
-  if constexpr (requires { opt.set_step_count(0L); }) opt.set_step_count(oj.at("step").get<long>());
-  model.load_optimizer(opt, state);
-  return model;
+  return load_checkpoint<T, B>(dir, g, opt, LoadOptions{sp, {}, true});
 }
 
 }  // namespace shardalg::nn

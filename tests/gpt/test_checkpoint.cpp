@@ -1,0 +1,267 @@
+// Checkpoints that cannot be lost or loaded wrong (issue 14): atomic saves that survive a killed
+// writer, a hash per tensor and per file, meta.json bound to its tensors.bin, the config and the
+// optimizer state checked, write errors reported. Every failure is a CheckpointError whose text
+// names the file, the entry and what differs.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gpt_cases.hpp"
+#include "shardalg/nn/checkpoint.hpp"
+#include "testing.hpp"
+
+using namespace gt;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& tag) {
+  const auto d = fs::temp_directory_path() / ("shardalg_ckpt_" + tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+nn::GptConfig small(int layers, std::uint64_t seed) {
+  auto c = tiny(false);
+  c.layers = layers;
+  c.seed = seed;
+  return c;
+}
+
+/// A model trained `steps` steps with Adam on one rank, saved to `ck`; returns its masters.
+nn::Masters save_trained(const fs::path& ck, const nn::GptConfig& c, int steps) {
+  const Group g{SelfComm{}};
+  auto model = nn::Gpt<double>::init(c, g);
+  nn::Adam<double> opt(adam_options());
+  for (int s = 0; s < steps; ++s) {
+    const auto [x, y] = batch_at(c, kText, s);
+    model.forward_backward(x, y);
+    model.step(opt, 1.0);
+  }
+  nn::save_checkpoint(ck, model, opt);
+  return model.masters();
+}
+
+std::string load_error(const fs::path& ck, const nn::LoadOptions& o = {}) {
+  try {
+    nn::Adam<double> opt(adam_options());
+    (void)nn::load_checkpoint<double>(ck, Group{SelfComm{}}, opt, o);
+  } catch (const nn::CheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+void spit(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+
+}  // namespace
+
+TEST_CASE("checkpoint: a save is a link to a complete version; loading it restores the model bit for bit") {
+  const auto d = fresh_dir("link");
+  const auto ck = d / "ck";
+  const auto a = save_trained(ck, small(1, 1), 2);
+  CHECK(fs::is_symlink(ck));
+  CHECK(fs::exists(ck / "meta.json"));
+  const auto first = fs::read_symlink(ck);
+  const auto b = save_trained(ck, small(1, 2), 3);  // a second save replaces the first
+  CHECK(fs::read_symlink(ck) != first);
+  CHECK_FALSE(fs::exists(d / first));  // the previous version is removed after the switch
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(d)) entries += (void(e), 1);
+  CHECK(entries == 2);  // ck and its one version
+  const auto [meta, t] = nn::read_checkpoint_files(ck);
+  for (const auto& [k, v] : b) CHECK(t.at(k) == v);
+  CHECK(meta.at("version") == 2);
+  fs::remove_all(d);
+}
+
+TEST_CASE("checkpoint: 150 random byte flips in tensors.bin, each refused naming the tensor") {
+  const auto d = fresh_dir("flips");
+  const auto ck = d / "ck";
+  save_trained(ck, small(1, 1), 2);
+  const auto bin = ck / "tensors.bin";
+  const std::string good = slurp(bin);
+  std::mt19937_64 rng(14);
+  int refused = 0;
+  for (int i = 0; i < 150; ++i) {
+    std::string bad = good;
+    const auto at = std::uniform_int_distribution<std::size_t>(0, bad.size() - 1)(rng);
+    bad[at] = static_cast<char>(bad[at] ^ (1 << std::uniform_int_distribution<int>(0, 7)(rng)));
+    spit(bin, bad);
+    const std::string e = load_error(ck);
+    CAPTURE(at);
+    CAPTURE(e);
+    const bool named = e.rfind("checkpoint: " + bin.string() + ": tensor ", 0) == 0 && e.find("(the data is corrupt)") != std::string::npos;
+    CHECK(named);
+    refused += named;
+  }
+  spit(bin, good);
+  CHECK(load_error(ck).empty());
+  MESSAGE("byte flips refused: " << refused << "/150");
+  fs::remove_all(d);
+}
+
+TEST_CASE("checkpoint: meta.json changed, unparsable, or beside another save's tensors.bin is refused") {
+  const auto d = fresh_dir("meta");
+  const auto one = d / "one", two = d / "two", seed = d / "seed";
+  save_trained(one, small(1, 1), 2);
+  save_trained(two, small(2, 1), 2);
+  save_trained(seed, small(1, 7), 2);
+  const auto meta = one / "meta.json";
+  const std::string good = slurp(meta);
+
+  // A changed value (the step count) that still parses.
+  std::string edited = good;
+  const auto pos = edited.find("\"step\": 2");
+  REQUIRE(pos != std::string::npos);
+  edited.replace(pos, 9, "\"step\": 3");
+  spit(meta, edited);
+  CHECK(load_error(one).rfind("checkpoint: " + meta.string() + ": content hash ", 0) == 0);
+
+  // Truncated JSON.
+  spit(meta, good.substr(0, good.size() / 2));
+  CHECK(load_error(one).rfind("checkpoint: " + meta.string() + " is not valid JSON: ", 0) == 0);
+
+  // A 1-layer meta.json beside a 2-layer tensors.bin.
+  spit(meta, good);
+  spit(one / "tensors.bin", slurp(two / "tensors.bin"));
+  const std::string e1 = load_error(one);
+  CHECK(e1.rfind("checkpoint: " + (one / "tensors.bin").string() + " is ", 0) == 0);
+  CHECK(e1.find("(the two files are not from one save)") != std::string::npos);
+
+  // Another seed's tensors.bin of the same shapes: the size agrees, the hashes do not.
+  spit(one / "tensors.bin", slurp(seed / "tensors.bin"));
+  CHECK(load_error(one).find("(the data is corrupt)") != std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("checkpoint: a missing Adam moment is an error unless a fresh optimizer is asked for") {
+  const auto d = fresh_dir("moment");
+  const auto ck = d / "ck";
+  save_trained(ck, small(1, 1), 2);
+  auto [meta, t] = nn::read_checkpoint_files(ck);
+  REQUIRE(t.erase("optim.m.layers.0.attn.wq") == 1);
+  nn::write_checkpoint_files(ck, meta, t);  // consistent hashes, one entry short
+  CHECK(load_error(ck) == "checkpoint: " + (ck / "meta.json").string() +
+                              ": optimizer state has no m.layers.0.attn.wq (after 2 steps every parameter has one; "
+                              "load with optimizer_state = false to start the optimizer fresh)");
+  CHECK(load_error(ck, {.optimizer_state = false}).empty());
+  fs::remove_all(d);
+}
+
+TEST_CASE("checkpoint: the model's config must match the saved one where it shapes the state") {
+  const auto d = fresh_dir("config");
+  const auto ck = d / "ck";
+  save_trained(ck, small(1, 1), 1);
+  auto want = small(2, 1);
+  CHECK(load_error(ck, {.expect = want}) ==
+        "checkpoint: " + (ck / "meta.json").string() + ": config.layers is 1, the model expects 2");
+  want = small(1, 1);
+  want.hidden = 64;
+  CHECK(load_error(ck, {.expect = want}) ==
+        "checkpoint: " + (ck / "meta.json").string() + ": config.hidden is 32, the model expects 64");
+  want = small(1, 5);  // dropout 0.1 draws from the seed
+  CHECK(load_error(ck, {.expect = want}) ==
+        "checkpoint: " + (ck / "meta.json").string() + ": config.seed is 1, the model expects 5");
+  want = small(1, 1);
+  want.batch = 8;  // a run's choice, not the state's
+  want.sp = true;
+  CHECK(load_error(ck, {.expect = want}).empty());
+  fs::remove_all(d);
+}
+
+TEST_CASE("checkpoint: a write error is reported and the previous checkpoint survives (size limit = disk full)") {
+  const auto d = fresh_dir("full");
+  const auto ck = d / "ck";
+  const auto a = save_trained(ck, small(1, 1), 2);
+  const auto [meta, t] = nn::read_checkpoint_files(ck);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // the child hits a 64 KiB file-size limit, as a full disk would stop it
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{64 * 1024, 64 * 1024};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    try {
+      nn::write_checkpoint_files(ck, meta, t);
+    } catch (const nn::CheckpointError& e) {
+      const std::string w = e.what();
+      ::_exit(w.find("checkpoint: cannot write ") == 0 && w.find("tensors.bin: File too large") != std::string::npos ? 42 : 2);
+    }
+    ::_exit(1);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 42);  // 42: CheckpointError naming the file and the reason
+  const auto [m2, t2] = nn::read_checkpoint_files(ck);
+  for (const auto& [k, v] : a) CHECK(t2.at(k) == v);
+  // And a path whose parent is a file: refused before anything is written.
+  spit(d / "file", "x");
+  try {
+    nn::write_checkpoint_files(d / "file" / "ck", meta, t);
+    FAIL("no error");
+  } catch (const nn::CheckpointError& e) {
+    CHECK(std::string(e.what()) == "checkpoint: cannot write " + (d / "file" / "ck").string() + ": " +
+                                       (d / "file").string() + " is not a directory");
+  }
+  fs::remove_all(d);
+}
+
+TEST_CASE("checkpoint: a writer killed at a random point leaves the old or the new checkpoint, never neither (24 trials)") {
+  const auto d = fresh_dir("kill");
+  const auto ck = d / "ck";
+  // Two versions of a few MB each, so that a save takes long enough to be interrupted.
+  nn::Masters va, vb;
+  for (int i = 0; i < 6; ++i) {
+    va.emplace("w" + std::to_string(i), testing::random_int<double>(384, 384, 100 + i));
+    vb.emplace("w" + std::to_string(i), testing::random_int<double>(384, 384, 200 + i));
+  }
+  const nlohmann::json meta_a{{"which", "a"}}, meta_b{{"which", "b"}};
+  nn::write_checkpoint_files(ck, meta_a, va);
+  const auto t0 = std::chrono::steady_clock::now();
+  nn::write_checkpoint_files(ck, meta_b, vb);
+  const double save_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  std::mt19937_64 rng(1414);
+  int old_seen = 0, new_seen = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const bool to_b = trial % 2 == 0;  // alternate, so that each trial replaces what is there
+    nn::write_checkpoint_files(ck, to_b ? meta_a : meta_b, to_b ? va : vb);
+    const auto delay = std::uniform_real_distribution<double>(0, 2.0 * save_us)(rng);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      nn::write_checkpoint_files(ck, to_b ? meta_b : meta_a, to_b ? vb : va);
+      ::_exit(0);
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(delay));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CAPTURE(trial);
+    CAPTURE(delay);
+    const auto [meta, t] = nn::read_checkpoint_files(ck);  // throws if neither is whole
+    const bool is_a = meta.at("which") == "a";
+    const auto& want = is_a ? va : vb;
+    for (const auto& [k, v] : want) CHECK(t.at(k) == v);
+    (is_a == to_b ? old_seen : new_seen) += 1;
+  }
+  MESSAGE("killed writers: " << old_seen << " left the old checkpoint, " << new_seen << " the new one (save takes "
+                             << save_us / 1000 << " ms)");
+  CHECK(old_seen + new_seen == 24);
+  fs::remove_all(d);
+}
