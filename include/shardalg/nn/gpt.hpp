@@ -175,6 +175,18 @@ class Gpt {
     reseed();
     return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, true) : run<Replicated>(plain_, tokens, targets, true);
   }
+  /// The same, and `inspect(embedding, stream, block_caches, final_norm, head, loss)` is called once
+  /// between the forward and the backward, when everything the backward needs is held: the
+  /// embedding's Forward (output and ids), the last block's output, the blocks' caches, the final
+  /// norm's, the head's and the loss's Forward. nn/memory.hpp measures their bytes.
+  template <class Inspect>
+  T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, Inspect&& inspect) {
+    check_batch(tokens, targets);
+    grads_.reset();
+    reseed();
+    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, true, inspect)
+                   : run<Replicated>(plain_, tokens, targets, true, inspect);
+  }
   /// The mean loss only (no gradients kept; the same communication as the forward).
   T loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
     check_batch(tokens, targets);
@@ -303,8 +315,13 @@ class Gpt {
   }
 
   /// The model on activations in layout L (R: plain blocks; Row: sequence-parallel blocks).
-  template <class L, class Blocks>
-  T run(Blocks& blocks, std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward) {
+  struct NoInspect {
+    void operator()(const auto&...) const {}
+  };
+
+  template <class L, class Blocks, class Inspect = NoInspect>
+  T run(Blocks& blocks, std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward,
+        Inspect&& inspect = {}) {
     constexpr bool sp = std::is_same_v<L, RowSharded>;
     using X = Sharded<T, L, B>;
     using Cache = typename std::remove_cvref_t<decltype(blocks[0])>::Cache;
@@ -336,6 +353,8 @@ class Gpt {
     }();
     fwd.reset();
     if (!backward) return l.mean;
+    inspect(std::as_const(ef), std::as_const(x), std::as_const(caches), std::as_const(fn), std::as_const(head),
+            std::as_const(l));
     // ---- backward
     auto bwd = scope("bwd");
     auto dz = loss_.backward_mean(l.cache);  // local
