@@ -20,6 +20,7 @@
 // and the layout of the transpose: Wᵀ for W[C] is Wᵀ[Row].
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <optional>
 #include <string>
