@@ -3,7 +3,7 @@
 # The Debian packages shardalg's build, tests, tools and benchmarks use.
 SHARDALG_PACKAGES=(cmake ninja-build g++ clang pkg-config ccache libeigen3-dev libopenmpi-dev openmpi-bin
                    doctest-dev libbenchmark-dev libopenblas-dev meson libcli11-dev nlohmann-json3-dev
-                   python3-matplotlib)
+                   libfmt-dev python3-matplotlib)
 
 ensure_packages() {
   local missing=()

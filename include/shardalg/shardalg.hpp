@@ -1,6 +1,7 @@
 // shardalg/shardalg.hpp — the umbrella header: the core algebra, the CPU backend, and the
 // one-rank and thread communicators. MPI is opt-in: include "shardalg/mpi.hpp" as well.
-// CUDA/NCCL is opt-in: "shardalg/cuda/cuda.hpp".
+// CUDA/NCCL is opt-in: "shardalg/cuda/cuda.hpp". The verify headers (checks against a dense twin,
+// ledger tallies, timing, explain log) use only what is above, so they come with it.
 #pragma once
 
 #include "shardalg/version.hpp"
@@ -31,3 +32,4 @@
 #include "shardalg/plan/redistribute.hpp"
 #include "shardalg/plan/matmul.hpp"
 #include "shardalg/collective/invalid.hpp"
+#include "shardalg/verify/verify.hpp"

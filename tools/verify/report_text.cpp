@@ -1,0 +1,136 @@
+// tools/verify/report_text.cpp — the text report. Columns are aligned by fmt's width specs, which
+// count UTF-8 code points (the tables hold µ, ×, →, ᵀ …).
+#include "report_text.hpp"
+
+#include <cmath>
+#include <iterator>
+
+#include <fmt/format.h>
+
+namespace sv {
+
+namespace {
+
+using Out = std::back_insert_iterator<std::string>;
+
+std::string abbreviation(const std::string& kind) {
+  return kind == "all_reduce" ? "AR" : kind == "all_gather" ? "AG" : kind == "reduce_scatter" ? "RS" : kind == "all_to_all" ? "A2A" : kind;
+}
+
+void explain_text(Out out, const ExplainResult& ex, int p) {
+  fmt::format_to(out, "\nexplain: block 0 as executed (rank 0 of {}; T = tokens, h = hidden)\n", p);
+  for (const auto* phase : {&ex.forward, &ex.backward}) {
+    fmt::format_to(out, "  {}\n", phase == &ex.forward ? "forward" : "backward");
+    for (const auto& s : *phase) {
+      std::string comm;
+      if (s.comm.empty()) comm = "(no comm)";
+      for (const auto& c : s.comm)
+        comm += fmt::format("{}(1 {} {}→{} of {} = {} el, {})", comm.empty() ? "" : "; ", to_string(c.kind), c.layout_in,
+                            c.layout_out, ex.dims.sym(c.elements), c.elements, format_bytes(static_cast<double>(c.bytes)));
+      fmt::format_to(out, "    {:<58} {}{}\n", s.op, comm, s.note.empty() ? "" : "  — " + s.note);
+      if (s.plan) fmt::format_to(out, "      {}  — {}\n", *s.plan, s.plan_agrees ? "the same collectives" : "DIFFERENT collectives");
+    }
+  }
+  fmt::format_to(out,
+                 "  trace check: re-executed results vs {}::forward/backward: {}; collectives {} traced vs {} in the "
+                 "block's ledger: {}\n",
+                 ex.sequence_parallel ? "SequenceParallelBlock" : "TransformerBlock",
+                 ex.bit_identical() ? "bit-identical" : "max |Δ| = " + format_err(ex.max_abs_difference), ex.traced_collectives,
+                 ex.block_collectives, ex.collectives_identical ? "identical" : "DIFFERENT");
+}
+
+}  // namespace
+
+std::string format_bytes(double b) {
+  if (b < 1024) return fmt::format("{:.0f} B", b);
+  if (b < 1024.0 * 1024) return fmt::format("{:.1f} KiB", b / 1024);
+  if (b < 1024.0 * 1024 * 1024) return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
+  return fmt::format("{:.1f} GiB", b / (1024.0 * 1024 * 1024));
+}
+
+std::string format_time(double s) {
+  if (s == 0) return "0";
+  if (s < 1e-3) return fmt::format("{:.1f} µs", s * 1e6);
+  if (s < 1.0) return fmt::format("{:.2f} ms", s * 1e3);
+  return fmt::format("{:.2f} s", s);
+}
+
+std::string format_err(double e) { return fmt::format("{:.1e}", e); }
+
+std::string tally_text(const verify::CommTally& t) {
+  if (t.empty()) return "0";
+  std::string s;
+  for (const auto& [k, v] : t.by_kind()) s += fmt::format("{}{} {}", s.empty() ? "" : "+", v.count, abbreviation(k));
+  return s + " " + format_bytes(static_cast<double>(t.bytes()));
+}
+
+std::string format_text(const Options& o, int p, const RankResult& r, bool pass, Index padded) {
+  std::string text;
+  auto out = std::back_inserter(text);
+  const Index d = o.hidden / o.heads;
+  fmt::format_to(out, "shardalg-verify {} — one forward + backward pass, sharded vs dense (reference/dense.hpp)\n", kVersion);
+  fmt::format_to(out, "model    GPT: {} layers, hidden {}, {} heads of {} ({} query groups), ffn {}, {}×{} = {} tokens,\n",
+                 o.layers, o.hidden, o.heads, d, o.num_groups(), o.ffn_size(), o.batch, o.seq, o.tokens());
+  fmt::format_to(out, "         vocab {} (padded {}), {}, {}, dropout {:g}, {}\n", o.vocab, padded, o.norm, o.act, o.dropout, o.dtype);
+  fmt::format_to(out, "sharded  TP={} on {}, {}\n", p, r.backend_name, o.sp ? "sequence parallel" : "no sequence parallelism");
+  const double beta = r.cal.link.beta_bytes_per_second;
+  fmt::format_to(out, "link     α = {}, β = {}  (fitted on this group: all-reduce of 4 KiB … 1 MiB, fastest of 9)\n",
+                 format_time(r.cal.link.alpha_seconds), std::isfinite(beta) ? fmt::format("{:.3g} GB/s", beta / 1e9) : "∞");
+  fmt::format_to(out, "pass     normwise relative error ≤ {} ({}) for every output and gradient; ledger = analytic collectives, exactly\n\n",
+                 format_err(o.tolerance()), o.dtype);
+
+  // 1. errors
+  fmt::format_to(out, "{:<17}{:>6}  {:<15}worst\n", "layer", "checks", "max rel error");
+  for (const auto& row : r.rows) {
+    const verify::Check* worst = row.worst();
+    const std::size_t fails = row.failures();
+    fmt::format_to(out, "{:<17}{:>6}  {:<15}{}{}\n", row.name, row.checks.size(), worst ? format_err(worst->err.max_rel) : "-",
+                   worst ? worst->name : "", fails ? fmt::format("   FAIL ×{}", fails) : "");
+    if (o.verbose)
+      for (const auto& c : row.checks)
+        fmt::format_to(out, "    {:<46}{}  (abs {}){}\n", c.name, format_err(c.err.max_rel), format_err(c.err.max_abs),
+                       c.pass ? "" : "  FAIL");
+  }
+
+  // 2. collectives
+  fmt::format_to(out, "\n{:<17}{:<26}{:<26}{:<26}{:<26}\n", "collectives", "forward: ledger", "analytic", "backward: ledger", "analytic");
+  for (const auto& row : r.rows)
+    fmt::format_to(out, "{:<17}{:<26}{:<26}{:<26}{:<26}{}\n", row.name, tally_text(row.ledger_fwd), tally_text(row.analytic_fwd),
+                   tally_text(row.ledger_bwd), tally_text(row.analytic_bwd), row.comm_ok() ? "=" : "MISMATCH");
+  fmt::format_to(out,
+                 "  (AR all_reduce, AG all_gather, RS reduce_scatter; bytes: the dense V of each, as the ledger counts;\n"
+                 "   nn::Gpt's analytic column is the layer-by-layer run's ledger: the model class must communicate the same)\n");
+
+  // 3. time and memory (the layer-by-layer run; nn::Gpt is a second run of the same model)
+  constexpr auto kTimeRow = "{:<17}{:>14}{:>11}{:>12}{:>11}{:>12}{:>12}{:>13}\n";
+  fmt::format_to(out, fmt::runtime(std::string("\n") + kTimeRow), "per rank", "comm predicted", "measured", "(max rank)", "compute",
+                 "params", "grads", "activations");
+  auto time_row = [&](const std::string& name, double pred, double meas, double measmax, double comp, const verify::Memory& m) {
+    fmt::format_to(out, kTimeRow, name, format_time(pred), format_time(meas), format_time(measmax), format_time(comp),
+                   format_bytes(double(m.params)), format_bytes(double(m.grads)), format_bytes(double(m.activations)));
+  };
+  for (const auto& row : r.rows)
+    if (row.key != "gpt") time_row(row.name, row.predicted_s, row.measured_s, row.measured_max_s, row.compute_s, row.mem);
+  const Totals t = totals(r.rows);
+  time_row("total", t.predicted_s, t.measured_s, t.measured_max_s, t.compute_s, t.mem);
+  fmt::format_to(out,
+                 "  predicted: α-β ring model of each ledgered collective; measured: per collective the fastest rank's time\n"
+                 "  (the last to arrive, no waiting), summed; (max rank): the slowest rank's, waiting included;\n"
+                 "  compute: the slowest rank's layer time minus its collectives; memory: bytes of this rank's tensors\n");
+
+  if (r.explain) explain_text(out, *r.explain, p);
+
+  fmt::format_to(out, "\nsummary  {}/{} checks passed, max error {} (threshold {}); loss {:.10g} (dense {:.10g})\n",
+                 t.checks - t.failed, t.checks, format_err(t.max_error), format_err(o.tolerance()), r.loss, r.loss_ref);
+  fmt::format_to(out, "         collectives per step: forward {} ({}), backward {} ({})\n", t.fwd.count(), tally_text(t.fwd),
+                 t.bwd.count(), tally_text(t.bwd));
+  fmt::format_to(out, "         comm time: predicted {}, measured {} (×{:.2g}); step {}, dense reference {}\n",
+                 format_time(t.predicted_s), format_time(t.measured_s), t.predicted_s > 0 ? t.measured_s / t.predicted_s : 0.0,
+                 format_time(r.step_seconds), format_time(r.dense_seconds));
+  fmt::format_to(out, "         memory per rank: parameters {}, gradients {}, activations held {}\n", format_bytes(double(t.mem.params)),
+                 format_bytes(double(t.mem.grads)), format_bytes(double(t.mem.activations)));
+  fmt::format_to(out, "{}\n", pass ? "PASS" : "FAIL");
+  return text;
+}
+
+}  // namespace sv

@@ -1,0 +1,75 @@
+// tools/verify/result.hpp — what one run found, as rank 0 assembles it: a row per layer (its
+// checks against the dense reference, its collectives beside the analytic ones, its time and
+// memory) and the run's totals. The reports (report_text, report_json) print it.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "explain_block.hpp"
+#include "shardalg/cost/cost.hpp"
+#include "shardalg/verify/check.hpp"
+#include "shardalg/verify/memory.hpp"
+#include "shardalg/verify/tally.hpp"
+
+namespace sv {
+
+/// One layer of the report: its checks (verify::LayerCheck: name, checks, max error), its
+/// collectives beside the analytic ones, its time and memory.
+struct Row : verify::LayerCheck {
+  std::string key;                  // scope label: "embed", "block0", …
+  std::vector<std::string> scopes;  // ledger scopes (under fwd/ and bwd/) that belong to the row
+  verify::CommTally ledger_fwd, ledger_bwd, analytic_fwd, analytic_bwd;
+  double predicted_s = 0, measured_s = 0, measured_max_s = 0, compute_s = 0;
+  double flops = 0;     // forward + backward, per rank (cost model), blocks only
+  verify::Memory mem;   // max over ranks
+
+  Row() = default;
+  Row(std::string name, std::string k, std::vector<std::string> sc, double tol)
+      : verify::LayerCheck(std::move(name), tol), key(std::move(k)), scopes(std::move(sc)) {}
+
+  [[nodiscard]] bool comm_ok() const { return ledger_fwd == analytic_fwd && ledger_bwd == analytic_bwd; }
+  [[nodiscard]] bool pass() const { return comm_ok() && all_pass(); }
+};
+
+struct RankResult {  // filled on rank 0
+  std::vector<Row> rows;
+  std::vector<LedgerEntry> ledger;
+  cost::Calibration cal;
+  std::optional<ExplainResult> explain;
+  std::vector<std::string> trace_events;  // every rank's trace events, one JSON array text per rank
+  double loss = 0, loss_ref = 0;
+  double step_seconds = 0, dense_seconds = 0;
+  std::string backend_name;
+};
+
+/// The totals over the layer rows (the nn::Gpt row, key "gpt", is a second run: not summed).
+struct Totals {
+  std::size_t checks = 0, failed = 0;
+  double max_error = 0, predicted_s = 0, measured_s = 0, measured_max_s = 0, compute_s = 0;
+  verify::Memory mem;
+  verify::CommTally fwd, bwd;
+};
+inline Totals totals(const std::vector<Row>& rows) {
+  Totals t;
+  for (const auto& row : rows) {
+    t.checks += row.checks.size();
+    t.failed += row.failures();
+    t.max_error = std::max(t.max_error, row.max_error());
+    if (row.key == "gpt") continue;
+    t.predicted_s += row.predicted_s;
+    t.measured_s += row.measured_s;
+    t.measured_max_s += row.measured_max_s;
+    t.compute_s += row.compute_s;
+    t.mem += row.mem;
+    t.fwd += row.ledger_fwd;
+    t.bwd += row.ledger_bwd;
+  }
+  return t;
+}
+
+}  // namespace sv
