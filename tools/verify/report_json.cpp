@@ -1,6 +1,8 @@
 // tools/verify/report_json.cpp — the --json report.
 #include "report_json.hpp"
 
+#include "playbook.hpp"
+
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -86,6 +88,7 @@ std::string format_json(const Options& o, int p, const RankResult& r, bool pass,
                       {"samples", samples}};
   json rows = json::array();
   const Totals t = totals(r.rows);
+  const PlaybookMemory pm = playbook_memory(o, r.rows);
   for (const auto& row : r.rows) {
     json checks = json::array();
     for (const auto& c : row.checks) {
@@ -147,7 +150,14 @@ std::string format_json(const Options& o, int p, const RankResult& r, bool pass,
                   {"step_seconds", r.step_seconds},
                   {"dense_reference_seconds", r.dense_seconds},
                   {"memory_per_rank",
-                   {{"parameters_bytes", t.mem.params}, {"gradients_bytes", t.mem.grads}, {"activations_bytes", t.mem.activations}}}};
+                   {{"parameters_bytes", t.mem.params},
+                    {"gradients_bytes", t.mem.grads},
+                    {"activations_bytes", t.mem.activations},
+                    {"playbook",
+                     {{"parameters_per_rank", pm.parameters_formula},
+                      {"parameters_held", pm.parameters_held},
+                      {"layer_activation_bytes", pm.activations_formula},
+                      {"layer_activation_bytes_held", pm.activations_held}}}}}};
   if (r.explain) j["explain"] = explain_json(*r.explain);
   return j.dump(2);
 }

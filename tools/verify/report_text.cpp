@@ -2,6 +2,8 @@
 // count UTF-8 code points (the tables hold µ, ×, →, ᵀ …).
 #include "report_text.hpp"
 
+#include "playbook.hpp"
+
 #include <cmath>
 #include <iterator>
 
@@ -129,6 +131,12 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
                  format_time(r.step_seconds), format_time(r.dense_seconds));
   fmt::format_to(out, "         memory per rank: parameters {}, gradients {}, activations held {}\n", format_bytes(double(t.mem.params)),
                  format_bytes(double(t.mem.grads)), format_bytes(double(t.mem.activations)));
+  const PlaybookMemory pm = playbook_memory(o, r.rows);
+  fmt::format_to(out,
+                 "         Playbook formula per rank: parameters N/t {:.0f} (held {:.0f}); activations of {} layers {} at 2 B a "
+                 "value (held {} at {:.0f} B, ×{:.2f}; docs/course/16_memory_formulas.md names each term)\n",
+                 pm.parameters_formula, pm.parameters_held, o.layers, format_bytes(pm.activations_formula),
+                 format_bytes(pm.activations_held), pm.element_bytes, pm.activation_ratio());
   fmt::format_to(out, "{}\n", pass ? "PASS" : "FAIL");
   return text;
 }
