@@ -10,7 +10,8 @@ Parsed parse_options(int argc, char** argv) {
   Parsed parsed;
   Options& o = parsed.options;
   CLI::App app{"shardalg-verify: one forward + backward pass of a small GPT, tensor-parallel vs dense reference"};
-  app.add_option("--tp", o.tp, "tensor-parallel size (threads); under mpirun the process count")->check(CLI::PositiveNumber);
+  // Ranges are checked in validate(), one line each ("--tp 0 must be at least 1"), not by CLI11.
+  app.add_option("--tp", o.tp, "tensor-parallel size (threads); under mpirun the process count");
   app.add_flag("--sp", o.sp, "sequence parallelism (RowSharded activations between blocks)");
   app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str();
   app.add_option("--hidden", o.hidden, "hidden size h")->capture_default_str();
@@ -22,7 +23,7 @@ Parsed parse_options(int argc, char** argv) {
   app.add_option("--vocab", o.vocab, "vocabulary size (padded to a multiple of divisor·TP)")->capture_default_str();
   app.add_option("--vocab-divisor", o.vocab_divisor, "Megatron's make-vocab-size-divisible-by")->capture_default_str();
   app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember({"float", "double"}))->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the weights, tokens and dropout masks")->capture_default_str();
+  app.add_option("--seed", o.seed_arg, "seed of the weights, tokens and dropout masks (0 … 2^63−1)")->capture_default_str();
   app.add_option("--backend", o.backend, "thread: ThreadComm ranks in this process; mpi: MpiComm (under mpirun)")
       ->check(CLI::IsMember({"thread", "mpi"}))
       ->capture_default_str();
@@ -42,6 +43,7 @@ Parsed parse_options(int argc, char** argv) {
     return parsed;
   }
   parsed.tp_given = app.count("--tp") > 0;
+  o.seed = static_cast<std::uint64_t>(o.seed_arg);
   return parsed;
 }
 

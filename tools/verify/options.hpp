@@ -2,12 +2,17 @@
 // (block config, tolerance, dropout seed), and the checks made before any rank starts.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 
+#include <unistd.h>
+
 #include "shardalg/nn/block.hpp"
 #include "shardalg/nn/embedding.hpp"
+#include "shardalg/nn/memory.hpp"
 #include "shardalg/nn/nn.hpp"
 #include "shardalg/nn/sp_block.hpp"
 #include "shardalg/verify/check.hpp"
@@ -25,6 +30,7 @@ struct Options {
   Index hidden = 64, heads = 8, groups = 0, ffn = 0, seq = 32, batch = 2, vocab = 1000, vocab_divisor = 128;
   std::string dtype = "double";
   std::uint64_t seed = 1234;
+  std::int64_t seed_arg = 1234;  // --seed as given (signed, so that a negative one is refused, not wrapped)
   std::string backend = "thread";
   double dropout = 0.1;
   std::string act = "gelu";
@@ -79,6 +85,66 @@ inline nn::BlockConfig block_config(const Options& o, int layer) {
   return c;
 }
 
+/// The nn::Gpt configuration of these options.
+inline nn::GptConfig gpt_config(const Options& o, bool sp) {
+  nn::GptConfig gc;
+  gc.vocab = o.vocab, gc.hidden = o.hidden, gc.heads = o.heads, gc.groups = o.groups, gc.ffn = o.ffn;
+  gc.layers = o.layers, gc.seq = o.seq, gc.batch = o.batch, gc.activation = o.activation(), gc.norm = o.norm_kind();
+  gc.bias = !o.no_bias, gc.eps = kEps, gc.dropout = o.dropout, gc.sp = sp, gc.seed = o.seed;
+  gc.vocab_divisor = o.vocab_divisor;
+  return gc;
+}
+
+/// --trace FILE must be writable before the run spends its time: its directory exists, and the
+/// file, if present, is a regular file. (Root may write anywhere; the run's own write still checks.)
+inline void check_trace_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  const fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw ConfigError(shardalg::detail::cat("--trace ", path, ": directory ", dir.string(), " does not exist"));
+  if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
+    throw ConfigError(shardalg::detail::cat("--trace ", path, ": not a regular file"));
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw ConfigError(shardalg::detail::cat("--trace ", path, ": directory ", dir.string(), " is not writable"));
+}
+
+/// A configuration whose memory would exceed this machine is refused up front, with the estimate:
+/// per rank, the weights and gradients of the layer-by-layer run and of nn::Gpt (4 copies of the
+/// rank's parameters) and both runs' activations (nn::expected_activations), plus the dense
+/// reference in double (3 copies of every parameter, the TP-1 activations). Threads hold every
+/// rank in this process; under mpirun one process holds one rank and (at most) the reference.
+inline void check_memory(const Options& o, int p) {
+  const double pages = static_cast<double>(::sysconf(_SC_PHYS_PAGES));
+  const double page = static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  if (pages <= 0 || page <= 0) return;  // unknown: nothing to compare with
+  const double machine = pages * page;
+  const double e = o.is_double() ? 8 : 4, h = static_cast<double>(o.hidden), L = static_cast<double>(o.layers);
+  const double f = static_cast<double>(o.ffn_size()) * (o.act == "swiglu" ? 3 : 2);
+  const nn::GptConfig gc = gpt_config(o, o.sp);
+  const double vp = static_cast<double>(nn::padded_vocab(o.vocab, o.vocab_divisor, p));
+  const double params_rank = (vp * h + L * (4 * h * h + h * f)) / p + L * 8 * h + 2 * h;
+  const double per_rank = 4 * params_rank * e + 2 * nn::expected_activations(gc, p, static_cast<std::size_t>(e)).total();
+  const double params_dense = vp * h + L * (4 * h * h + h * f + 8 * h) + 2 * h;
+  auto dense_cfg = gc;
+  dense_cfg.sp = false;
+  const double dense = 3 * params_dense * 8 + nn::expected_activations(dense_cfg, 1, 8).total();
+  const bool threads = o.backend != "mpi";
+  const double need = (threads ? p : 1) * per_rank + dense;
+  if (need > 0.8 * machine) {
+    auto gib = [](double b) { return shardalg::detail::cat(std::round(b / (1 << 30) * 10) / 10, " GiB"); };
+    auto mib = [&](double b) {
+      return b >= (1 << 30) ? gib(b) : shardalg::detail::cat(std::round(b / (1 << 20) * 10) / 10, " MiB");
+    };
+    throw ConfigError(shardalg::detail::cat("this run needs about ", gib(need), " of memory (estimate: ",
+                                            threads ? std::to_string(p) + " ranks × " : std::string("one rank, "),
+                                            mib(per_rank), threads ? " each" : "", ", plus ", gib(dense),
+                                            " for the dense reference), more than 80% of this machine's ", gib(machine)));
+  }
+}
+
 /// Everything that can be checked before any rank starts; throws with one line naming the values.
 inline void validate(const Options& o, int p) {
   using shardalg::detail::cat;
@@ -86,6 +152,7 @@ inline void validate(const Options& o, int p) {
     if (v < 1) throw ConfigError(cat(what, " ", v, " must be at least 1"));
   };
   positive("--tp", p);
+  if (o.seed_arg < 0) throw ConfigError(cat("--seed ", o.seed_arg, " must not be negative"));
   positive("--layers", o.layers);
   positive("--hidden", o.hidden);
   positive("--heads", o.heads);
@@ -99,9 +166,12 @@ inline void validate(const Options& o, int p) {
   // The layers' own checks, with their own messages (e.g. "Attention: 32 heads are not divisible by
   // tensor-parallel size 6").
   nn::TransformerBlock<double>::check(block_config(o, 0), p);
+  nn::Gpt<double>::check(gpt_config(o, o.sp), p);  // sizes whose products overflow 64 bits, …
   const Index padded = nn::padded_vocab(o.vocab, o.vocab_divisor, p);
   nn::VocabParallelEmbedding<double>::check_padding("VocabParallelEmbedding", o.vocab, padded, p);
   if (o.sp) nn::SequenceParallelBlock<double>::check_tokens(o.tokens(), p);
+  check_trace_path(o.trace);
+  check_memory(o, p);
 }
 
 }  // namespace sv

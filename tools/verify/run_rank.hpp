@@ -275,13 +275,10 @@ void run_rank(Group raw, const Options& o, const DenseModel& dm, RankResult* out
   Row gr("nn::Gpt (whole)", "gpt", {}, tol);
   {
     say("nn::Gpt: forward_backward", true);
-    nn::GptConfig gc;
-    gc.vocab = o.vocab, gc.hidden = o.hidden, gc.heads = o.heads, gc.groups = o.groups, gc.ffn = o.ffn;
-    gc.layers = o.layers, gc.seq = o.seq, gc.batch = o.batch, gc.activation = o.activation(), gc.norm = o.norm_kind();
-    gc.bias = !o.no_bias, gc.eps = kEps, gc.dropout = o.dropout, gc.sp = SP, gc.seed = o.seed;
-    gc.vocab_divisor = o.vocab_divisor;
+    const nn::GptConfig gc = gpt_config(o, SP);
     const auto masters = to_masters(o, dm.g);
     auto model = nn::Gpt<T>::from_masters(gc, masters, g);
+    model.check_finite(true);  // a NaN or Inf names its layer and rank (issue 14)
     T loss{};
     {
       auto s = ledger.scope("gpt");

@@ -185,7 +185,9 @@ bool replicas_agree(const Sharded<T, Replicated, B>& x) {
   const CallInfo info{"R", "R", true};
   auto root = x.local();
   g.broadcast(root.data(), static_cast<std::size_t>(root.size()), 0, info);
-  std::int32_t differ = root == x.local() ? 0 : 1;
+  // The same bits: a NaN equals the same NaN (== would say no), −0 differs from +0.
+  const auto bytes = static_cast<std::size_t>(root.size()) * sizeof(T);
+  std::int32_t differ = bytes == 0 || std::memcmp(root.data(), x.local().data(), bytes) == 0 ? 0 : 1;
   g.all_reduce(&differ, 1, ReduceOp::max, info);
   return differ == 0;
 }

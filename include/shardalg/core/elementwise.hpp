@@ -144,6 +144,8 @@ auto softmax_rows(const Sharded<T, L, B>& x) {
     return diagnose<rule.error, T>();
   } else {
     detail::check_operand(x.group(), "softmax_rows");
+    if (x.cols() == 0 && x.rows() > 0)
+      throw ShapeError(detail::cat("softmax_rows: ", x.rows(), "x0 has no columns (a softmax over 0 entries is undefined)"));
     auto e = explain_op(x.group(), "softmax_rows", dtype_of<T>,
                         [&] { return detail::cat("softmax(", notation(x), ") → ", notation(x)); });
     return detail::like<T, L, B>(x.group(), B::softmax_rows(x.local()), x.rows(), x.cols());

@@ -65,6 +65,12 @@ struct ReplicaMismatchError : Error {
   using Error::Error;
 };
 
+/// A NaN or an infinity where the check for finite values was asked for (nn::Gpt's
+/// check_finite): the message names the first layer and the first rank that produced one.
+struct NonFiniteError : Error {
+  using Error::Error;
+};
+
 namespace detail {
 template <class... Args>
 std::string cat(Args&&... args) {

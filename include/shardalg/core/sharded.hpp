@@ -29,6 +29,8 @@ namespace detail {
 /// small collective (hundreds of ns).
 template <class... What>
 void check_divisible(LayoutKind k, Index rows, Index cols, int p, const What&... what) {
+  if (rows < 0 || cols < 0) [[unlikely]]
+    throw ShapeError(cat(what..., ": shape ", rows, "x", cols, " has a negative dimension"));
   if (k == LayoutKind::row && rows % p != 0)
     throw DivisibilityError(cat(what..., ": rows ", rows, " is not divisible by group size ", p));
   if (k == LayoutKind::col && cols % p != 0)

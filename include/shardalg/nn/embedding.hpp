@@ -54,6 +54,10 @@ inline constexpr TensorKind word_embedding_kind = TensorKind::word_embedding;
 inline Index padded_vocab(Index vocab, Index divisor, int tp) {
   if (vocab < 1) throw ShapeError(shardalg::detail::cat("vocabulary size ", vocab, " must be at least 1"));
   if (divisor < 1) throw ShapeError(shardalg::detail::cat("vocabulary divisor ", divisor, " must be at least 1"));
+  Index m = 0, top = 0;
+  if (__builtin_mul_overflow(divisor, static_cast<Index>(tp), &m) || __builtin_add_overflow(vocab, m - 1, &top))
+    throw ShapeError(shardalg::detail::cat("vocabulary ", vocab, " padded to a multiple of divisor ", divisor,
+                                           " × tensor-parallel size ", tp, " overflows 64-bit sizes"));
   return static_cast<Index>(cost::padded_vocab_size(vocab, divisor, tp));
 }
 

@@ -21,8 +21,11 @@
 // reads it back at any TP size (nn/checkpoint.hpp writes it to disk).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <span>
@@ -125,7 +128,19 @@ class Gpt {
     if (c.batch < 1 || c.seq < 1)
       throw ShapeError(cat("Gpt: batch ", c.batch, " and sequence length ", c.seq, " must be positive"));
     if (c.hidden < 1) throw ShapeError(cat("Gpt: hidden size ", c.hidden, " must be positive"));
-    (void)padded_vocab(c.vocab, c.vocab_divisor, p);  // vocabulary and divisor ≥ 1
+    const Index vp = padded_vocab(c.vocab, c.vocab_divisor, p);  // vocabulary and divisor ≥ 1, no overflow
+    // Every size the model allocates, in bytes, must fit 64 bits: tokens × widest row × element size,
+    // and the padded embedding.
+    const Index widest = std::max({c.hidden, c.ffn_size() * (c.activation == Activation::swiglu ? 2 : 1), vp});
+    Index tokens = 0, elems = 0, bytes = 0, emb = 0, emb_bytes = 0;
+    if (__builtin_mul_overflow(c.batch, c.seq, &tokens) || __builtin_mul_overflow(tokens, widest, &elems) ||
+        __builtin_mul_overflow(elems, static_cast<Index>(sizeof(T)), &bytes) ||
+        __builtin_mul_overflow(vp, c.hidden, &emb) || __builtin_mul_overflow(emb, static_cast<Index>(sizeof(T)), &emb_bytes))
+      throw ShapeError(cat("Gpt: batch ", c.batch, " × seq ", c.seq, " tokens × ", widest, " values × ", sizeof(T),
+                           " bytes (or the ", vp, "x", c.hidden, " embedding) overflows 64-bit sizes"));
+    if (!(std::isfinite(c.eps) && c.eps > 0)) throw ShapeError(cat("Gpt: eps ", c.eps, " must be positive and finite"));
+    if (!(std::isfinite(c.init_std) && c.init_std >= 0))
+      throw ShapeError(cat("Gpt: init_std ", c.init_std, " must be finite and not negative"));
     Plain::check(c.block(0), p);                       // Attention: heads, groups; Mlp: ffn
     if (c.sp) Sp::check_tokens(c.tokens(), p);
     if (!(c.dropout >= 0.0 && c.dropout < 1.0))
@@ -154,6 +169,19 @@ class Gpt {
   [[nodiscard]] const std::optional<Grads>& grads() const { return grads_; }
   /// Optimizer steps taken (keys the dropout masks).
   [[nodiscard]] long steps() const { return step_; }
+  /// Steps that step() skipped because the gradient norm was NaN or infinite (nothing applied).
+  [[nodiscard]] long skipped_steps() const { return skipped_; }
+  [[nodiscard]] bool last_step_skipped() const { return last_skipped_; }
+  /// Check every layer's output and every gradient for NaN and infinity (one verification
+  /// all-reduce of one integer per check; off by default, on in shardalg-verify): the first
+  /// non-finite value raises NonFiniteError on every rank, naming the layer and the first rank.
+  /// CPU backend only.
+  void check_finite(bool on) {
+    if (on && !std::is_same_v<B, CpuBackend>)
+      throw Error("Gpt: check_finite is implemented for the CPU backend only");
+    check_finite_ = on;
+  }
+  [[nodiscard]] bool checking_finite() const { return check_finite_; }
   void set_steps(long s) { step_ = s; }
   /// The dropout seed of the current step: a function of (seed, step) only.
   [[nodiscard]] std::uint64_t dropout_seed() const {
@@ -202,6 +230,12 @@ class Gpt {
     GradNorm gn;
     visit([&](const ParamInfo& info, auto&, const auto& g) { gn.add(info, g); });
     const double norm = gn.finish();
+    last_skipped_ = !std::isfinite(norm);
+    if (last_skipped_) {  // a NaN or Inf gradient: apply nothing, count it; the caller sees the norm
+      grads_.reset();
+      ++skipped_;
+      return norm;
+    }
     const double scale = clip_factor(norm, max_grad_norm);
     opt.begin_step();
     visit([&](const ParamInfo& info, auto& w, const auto& g) { opt.update(info, w, g, scale); });
@@ -332,16 +366,19 @@ class Gpt {
       if constexpr (sp) return emb_.forward_sp(tokens);
       else return emb_.forward(tokens);
     }();
+    finite("forward: embedding output", ef.y);
     X x = drop_emb_.forward(ef.y);
     std::vector<Cache> caches;
     caches.reserve(blocks.size());
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       auto s = scope("layer" + std::to_string(i));
       auto f = blocks[i].forward(x);
+      finite("forward: layer " + std::to_string(i) + " output", f.y);
       x = std::move(f.y);
       caches.push_back(std::move(f.cache));
     }
     auto fn = final_.forward(x);
+    finite("forward: final norm output", fn.y);
     auto head = [&] {
       auto s = scope("head");
       if constexpr (sp) return emb_.logits_sp(fn.y);
@@ -351,6 +388,7 @@ class Gpt {
       auto s = scope("loss");
       return loss_.forward(head.logits, targets);
     }();
+    finite("forward: logits", head.logits);
     fwd.reset();
     if (!backward) return l.mean;
     inspect(std::as_const(ef), std::as_const(x), std::as_const(caches), std::as_const(fn), std::as_const(head),
@@ -363,12 +401,14 @@ class Gpt {
       if constexpr (sp) return emb_.logits_backward_sp(head.cache, dz);
       else return emb_.logits_backward(head.cache, dz);
     }();
+    finite("backward: head input gradient", hg.dx);
     auto fg = final_.backward(fn.cache, hg.dx);
     X dx = std::move(fg.dx);
     std::vector<typename std::remove_cvref_t<decltype(blocks[0])>::ParamGrads> bgs(blocks.size());
     for (std::size_t i = blocks.size(); i-- > 0;) {
       auto s = scope("layer" + std::to_string(i));
       auto g = blocks[i].backward(caches[i], dx);
+      finite("backward: layer " + std::to_string(i) + " input gradient", g.dx);
       dx = std::move(g.dx);
       bgs[i] = std::move(g.params);
       caches[i] = Cache{};  // release as we go
@@ -392,7 +432,26 @@ class Gpt {
       gr.final_norm = std::move(fg.params);
     }
     grads_ = std::move(gr);
+    if (check_finite_)
+      visit([&](const ParamInfo& info, auto&, const auto& g) { finite("gradient of " + info.name, g); });
     return l.mean;
+  }
+
+  /// The finite check of one tensor (nothing when off): every rank learns the lowest rank with a
+  /// NaN or Inf in its block, in one verification all-reduce, and all throw the same error.
+  template <class X>
+  void finite(const std::string& where, const X& x) const {
+    if constexpr (std::is_same_v<B, CpuBackend>) {
+      if (!check_finite_) return;
+      const auto& m = x.local();
+      const bool ok = m.size() == 0 || m.array().isFinite().all();
+      std::int32_t first = ok ? std::numeric_limits<std::int32_t>::max() : group_.rank();
+      Group g = group_;
+      g.all_reduce(&first, 1, ReduceOp::min, CallInfo{"-", "-", true});
+      if (first != std::numeric_limits<std::int32_t>::max())
+        throw NonFiniteError(shardalg::detail::cat("Gpt: a NaN or infinity first appears in the ", where, " (step ",
+                                                   step_, "), on rank ", first));
+    }
   }
 
   // ---- parameter enumeration ---------------------------------------------------------------
@@ -509,6 +568,9 @@ class Gpt {
   Dropout drop_emb_;
   std::optional<Grads> grads_;
   long step_ = 0;
+  long skipped_ = 0;
+  bool last_skipped_ = false;
+  bool check_finite_ = false;
 };
 
 }  // namespace shardalg::nn
