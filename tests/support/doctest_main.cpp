@@ -4,11 +4,15 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include "shardalg/core/checks.hpp"
 
 int main(int argc, char** argv) {
   shardalg::set_check_replicas(true);
   shardalg::set_check_collectives(true);
+  // The watchdog's limit: generous on a loaded test machine, unless SHARDALG_COLLECTIVE_TIMEOUT says.
+  if (!std::getenv("SHARDALG_COLLECTIVE_TIMEOUT")) shardalg::set_collective_timeout(60);
   doctest::Context ctx(argc, argv);
   return ctx.run();
 }

@@ -6,12 +6,16 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include "shardalg/core/checks.hpp"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   shardalg::set_check_replicas(true);
   shardalg::set_check_collectives(true);
+  // The watchdog's limit: generous on a loaded test machine, unless SHARDALG_COLLECTIVE_TIMEOUT says.
+  if (!std::getenv("SHARDALG_COLLECTIVE_TIMEOUT")) shardalg::set_collective_timeout(60);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   doctest::Context ctx(argc, argv);
