@@ -346,11 +346,13 @@ class ThreadComm {
     w_->barrier(rank_);
     if (checked) check_fingerprints();
     for (int r = 1; r < size(); ++r)
-      if (w_->kind_[r] != w_->kind_[0] || w_->bytes_[r] != w_->bytes_[0])
-        throw CollectiveMismatchError(detail::cat(
-            "ThreadComm: mismatched collectives: rank 0: ", to_string(w_->kind_[0]), " of ", w_->bytes_[0],
-            " bytes; rank ", r, ": ", to_string(w_->kind_[r]), " of ", w_->bytes_[r],
-            " bytes (set_check_collectives(true) names the calls)"));
+      if (w_->kind_[r] != w_->kind_[0] || w_->bytes_[r] != w_->bytes_[0]) {
+        std::string msg = detail::cat("ThreadComm: mismatched collectives: rank 0: ", to_string(w_->kind_[0]), " of ",
+                                      w_->bytes_[0], " bytes; rank ", r, ": ", to_string(w_->kind_[r]), " of ",
+                                      w_->bytes_[r], " bytes (set_check_collectives(true) names the calls)");
+        w_->barrier(rank_);  // every rank found it: meet before any rank's next call reuses the slots
+        throw CollectiveMismatchError(std::move(msg));
+      }
   }
   // A checked collective that moves no data (barrier, end of body): enter with the fingerprint,
   // compare, and leave only when every rank has compared (the slots are then free again).
