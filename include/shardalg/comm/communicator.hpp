@@ -58,10 +58,13 @@ constexpr std::string_view to_string(CollectiveKind k) {
 
 /// What a collective does in the algebra: the layouts it moves between. `verification` marks
 /// traffic made by checking code (to_dense, replica checks): the ledger does not count it.
+/// `scope` is the ledger's scope label, filled in by the ledger decorator (Ledgered) so that a
+/// checked collective's fingerprint can name it; it is shown, never compared.
 struct CallInfo {
   std::string_view layout_in = "-";
   std::string_view layout_out = "-";
   bool verification = false;
+  std::string_view scope = {};
 };
 
 template <class C>

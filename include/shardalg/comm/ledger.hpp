@@ -321,7 +321,9 @@ class Ledgered {
   [[nodiscard]] Request iall_reduce(void* b, std::size_t n, DType t, ReduceOp op, const CallInfo& i = {}) {
     ledger_->record(CollectiveKind::all_reduce, n, t, i, size());
     if constexpr (requires { inner_.iall_reduce(b, n, t, op, i); }) {
-      return inner_.iall_reduce(b, n, t, op, i);
+      CallInfo j = i;
+      if (j.scope.empty()) j.scope = ledger_->current_scope();
+      return inner_.iall_reduce(b, n, t, op, j);
     } else if constexpr (AsyncAllReduce<C>) {
       return inner_.iall_reduce(b, n, t, op);
     } else {
@@ -332,11 +334,17 @@ class Ledgered {
   [[nodiscard]] bool async_all_reduce() const { return shardalg::async_all_reduce(inner_); }
 
  private:
-  // Pass the CallInfo on when the inner communicator is itself a decorator.
+  // Pass the CallInfo on when the inner communicator understands it (a decorator, or a backend
+  // with checked collectives), with this ledger's scope label for the fingerprint's text.
   template <class F>
   void forward(F&& f, const CallInfo& i) {
-    if constexpr (InfoAwareCommunicator<C>) f(inner_, i);
-    else f(inner_);
+    if constexpr (InfoAwareCommunicator<C>) {
+      CallInfo j = i;
+      if (j.scope.empty()) j.scope = ledger_->current_scope();
+      f(inner_, j);
+    } else {
+      f(inner_);
+    }
   }
 
   C inner_;

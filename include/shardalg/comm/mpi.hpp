@@ -1,6 +1,10 @@
 // shardalg/comm/mpi.hpp — a Communicator over an MPI communicator (opt-in: needs <mpi.h> and
 // the shardalg::mpi target). Wraps the user's MPI_Comm, MPI_COMM_WORLD or a sub-communicator
 // from MPI_Comm_split; collectives run in place on the caller's buffers, with no staging copies.
+//
+// Checked collectives (issue 14, comm/mpi_check.hpp): the overloads that take a CallInfo — the
+// ones Group and the ledger call — and barrier() exchange fingerprints first when
+// check_collectives() is on, under the watchdog. The plain overloads (no CallInfo) are unchecked.
 #pragma once
 
 // Only MPI's C API is used; skip the deprecated C++ bindings (and their warnings).
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "shardalg/comm/communicator.hpp"
+#include "shardalg/comm/mpi_check.hpp"
 #include "shardalg/comm/thread.hpp"  // detail::accumulate
 #include "shardalg/core/errors.hpp"
 
@@ -143,7 +148,40 @@ class MpiComm {
   void recv(void* buf, std::size_t n, DType t, int peer) {
     detail::mpi_check(MPI_Recv(buf, count(n), detail::mpi_type(t), peer, 0, *comm_, MPI_STATUS_IGNORE), "MPI_Recv");
   }
-  void barrier() { detail::mpi_check(MPI_Barrier(*comm_), "MPI_Barrier"); }
+  void barrier() {
+    check_call(detail::CheckedOp::barrier, 0, DType::f64, {});
+    detail::mpi_check(MPI_Barrier(*comm_), "MPI_Barrier");
+  }
+
+  // ---- Checked collectives (issue 14): with check_collectives() on, the ranks' fingerprints
+  // are exchanged and compared, under the watchdog, before the collective itself runs
+  // (comm/mpi_check.hpp). Group and the ledger call these overloads; the ones above are unchecked.
+  void all_reduce(void* buf, std::size_t n, DType t, ReduceOp op, const CallInfo& info) {
+    check_call(detail::CheckedOp::all_reduce, n, t, info, op);
+    all_reduce(buf, n, t, op);
+  }
+  [[nodiscard]] Request iall_reduce(void* buf, std::size_t n, DType t, ReduceOp op, const CallInfo& info) {
+    check_call(detail::CheckedOp::iall_reduce, n, t, info, op);
+    return iall_reduce(buf, n, t, op);
+  }
+  void all_gather(const void* send, void* recv, std::size_t n, DType t, const CallInfo& info) {
+    check_call(detail::CheckedOp::all_gather, n, t, info);
+    all_gather(send, recv, n, t);
+  }
+  void reduce_scatter(const void* send, void* recv, std::size_t n, DType t, ReduceOp op, const CallInfo& info) {
+    check_call(detail::CheckedOp::reduce_scatter, n, t, info, op);
+    reduce_scatter(send, recv, n, t, op);
+  }
+  void all_to_all(const void* send, void* recv, std::size_t n, DType t, const CallInfo& info) {
+    check_call(detail::CheckedOp::all_to_all, n, t, info);
+    all_to_all(send, recv, n, t);
+  }
+  void broadcast(void* buf, std::size_t n, DType t, int root, const CallInfo& info) {
+    check_call(detail::CheckedOp::broadcast, n, t, info, ReduceOp::sum, root);
+    broadcast(buf, n, t, root);
+  }
+  void send(const void* buf, std::size_t n, DType t, int peer, const CallInfo&) { send(buf, n, t, peer); }
+  void recv(void* buf, std::size_t n, DType t, int peer, const CallInfo&) { recv(buf, n, t, peer); }
 
  private:
   struct MpiRequest {
@@ -204,11 +242,19 @@ class MpiComm {
     return static_cast<int>(n);
   }
 
+  void check_call(detail::CheckedOp op, std::size_t n, DType t, const CallInfo& info, ReduceOp r = ReduceOp::sum,
+                  int root = -1) {
+    if (!check_collectives()) return;
+    detail::mpi_check_collective(*comm_, rank_, size_,
+                                 detail::Fingerprint::make(op, n, t, info, ++check_->seq, r, root));
+  }
+
   std::shared_ptr<MPI_Comm> comm_;
+  std::shared_ptr<detail::MpiCheckState> check_ = std::make_shared<detail::MpiCheckState>();
   int rank_ = 0, size_ = 1;
   ReduceScatterAlgorithm rs_algo_ = ReduceScatterAlgorithm::ring;
 };
 
-static_assert(Communicator<MpiComm> && AsyncAllReduce<MpiComm>);
+static_assert(Communicator<MpiComm> && AsyncAllReduce<MpiComm> && InfoAwareCommunicator<MpiComm>);
 
 }  // namespace shardalg

@@ -7,12 +7,29 @@
 // through a transport. Reductions add in rank order 0, 1, …, P−1 on every rank, so all ranks get
 // bit-identical results (the property a replicated value needs).
 //
-// If one rank throws, the world is aborted: ranks waiting in a collective get a CommError, and
-// run_ranks rethrows the first rank's original exception once every thread has ended.
+// If one rank throws, the world is aborted: ranks waiting in a collective get a CommAbortedError
+// (a CommError), and run_ranks rethrows the first rank's own exception once every thread has
+// ended — a CommError too when that is what the failing rank threw (only the bystanders' aborts
+// are passed over). A thread that cannot be started is a ThreadStartError, not std::terminate.
+//
+// Structural safety, checked or not: at the rendezvous every rank publishes the kind of its
+// collective and its block's size in bytes; when they differ (counts 8 and 6, f64 and f32,
+// all_gather and all_to_all) every rank raises CollectiveMismatchError before reading a peer's
+// buffer — never a read or write past one.
+//
+// Checked mode (core/checks.hpp, comm/collective_check.hpp): each rank also writes its
+// fingerprint into a slot of shared memory as it enters the rendezvous; once all have arrived,
+// every rank compares them and raises CollectiveMismatchError naming both sides before any data
+// moves. barrier() takes part like any collective, and the end of run_ranks' body is one too
+// ("the end of its run_ranks body"), so a rank that skips a collective is a mismatch, not a hang.
+// The watchdog: a rank that waits at the rendezvous (or in recv) longer than collective_timeout()
+// raises CollectiveTimeoutError naming what every rank is in; the world is aborted then.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -21,10 +38,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "shardalg/comm/collective_check.hpp"
 #include "shardalg/comm/communicator.hpp"
 #include "shardalg/core/errors.hpp"
 #include "shardalg/core/threads.hpp"
@@ -37,16 +57,30 @@ namespace detail {
 class ThreadWorld {
  public:
   explicit ThreadWorld(int n)
-      : send_(n), recv_(n), n_(n), spin_(static_cast<unsigned>(n) <= std::thread::hardware_concurrency()) {}
+      : send_(n),
+        recv_(n),
+        kind_(n),
+        bytes_(n),
+        fp_(n),
+        seq_(n),
+        n_(n),
+        spin_(static_cast<unsigned>(n) <= std::thread::hardware_concurrency()),
+        arrived_at_(n),
+        recv_from_(n, -1) {}
 
   int size() const { return n_; }
 
   /// A generation barrier that an aborting rank can break. When the ranks fit on the cores it
   /// spins briefly before blocking (a futex wake costs microseconds; collectives take three).
-  void barrier() {
+  /// `fp` (checked mode, the rendezvous' entrance): this rank's fingerprint, written into its slot
+  /// under the lock, and the watchdog: after collective_timeout() the wait ends in
+  /// CollectiveTimeoutError naming what every rank is in, and the world is aborted.
+  void barrier(int rank, const Fingerprint* fp = nullptr) {
     std::unique_lock lk(m_);
     if (aborted_) throw_aborted();
     const auto gen = generation_.load(std::memory_order_relaxed);
+    arrived_at_[rank] = gen + 1;
+    if (fp) fp_[rank] = FingerprintRecord(*fp);
     if (++arrived_ == n_) {
       arrived_ = 0;
       generation_.store(gen + 1, std::memory_order_release);
@@ -62,21 +96,37 @@ class ThreadWorld {
       }
       lk.lock();
     }
-    cv_.wait(lk, [&] { return generation_.load(std::memory_order_acquire) != gen || aborted_; });
+    const auto released = [&] { return generation_.load(std::memory_order_acquire) != gen || aborted_; };
+    if (fp) {
+      const double limit = collective_timeout();
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
+      if (!cv_.wait_until(lk, deadline, released)) {
+        std::string msg = cat("ThreadComm: rank ", rank, " waited more than ", timeout_text(limit), " in ",
+                              describe(*fp), others(rank));
+        abort_locked();
+        throw CollectiveTimeoutError(std::move(msg));
+      }
+    } else {
+      cv_.wait(lk, released);
+    }
     if (generation_.load(std::memory_order_acquire) == gen) throw_aborted();
   }
 
   void abort() {
     std::lock_guard lk(m_);
-    aborted_ = true;
-    aborted_flag_.store(true);
-    cv_.notify_all();
-    mail_cv_.notify_all();
+    abort_locked();
   }
 
-  // Published pointers of the collective in flight (one slot per rank).
+  // Published pointers of the collective in flight (one slot per rank), with its kind and the
+  // size in bytes of one block (the structural check).
   std::vector<const void*> send_;
   std::vector<void*> recv_;
+  std::vector<CheckedOp> kind_;
+  std::vector<std::size_t> bytes_;
+  // Checked mode: each rank's fingerprint of its current (or last) checked collective, written
+  // under the lock at the rendezvous' entrance; and its sequence count (only rank r touches seq_[r]).
+  std::vector<FingerprintRecord> fp_;
+  std::vector<std::uint64_t> seq_;
 
   void post(int src, int dst, const void* buf, std::size_t bytes) {
     std::lock_guard lk(m_);
@@ -85,10 +135,26 @@ class ThreadWorld {
     q.emplace_back(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes);
     mail_cv_.notify_all();
   }
-  void take(int src, int dst, void* buf, std::size_t bytes) {
+  /// `watch` (checked mode): after collective_timeout() the wait ends in CollectiveTimeoutError.
+  void take(int src, int dst, void* buf, std::size_t bytes, bool watch = false) {
     std::unique_lock lk(m_);
     auto& q = mail_[{src, dst}];
-    mail_cv_.wait(lk, [&] { return !q.empty() || aborted_; });
+    const auto ready = [&] { return !q.empty() || aborted_; };
+    if (watch) {
+      recv_from_[dst] = src;
+      const double limit = collective_timeout();
+      const bool ok =
+          mail_cv_.wait_until(lk, std::chrono::steady_clock::now() + std::chrono::duration<double>(limit), ready);
+      recv_from_[dst] = -1;
+      if (!ok) {
+        std::string msg = cat("ThreadComm: rank ", dst, " waited more than ", timeout_text(limit), " in recv of ",
+                              bytes, " bytes from rank ", src, others(dst));
+        abort_locked();
+        throw CollectiveTimeoutError(std::move(msg));
+      }
+    } else {
+      mail_cv_.wait(lk, ready);
+    }
     if (q.empty()) throw_aborted();
     if (q.front().size() != bytes)
       throw CommError(detail::cat("ThreadComm: rank ", dst, " expected ", bytes, " bytes from rank ",
@@ -99,7 +165,26 @@ class ThreadWorld {
 
  private:
   [[noreturn]] static void throw_aborted() {
-    throw CommError("ThreadComm: another rank failed; collective aborted");
+    throw CommAbortedError("ThreadComm: another rank failed; collective aborted");
+  }
+  void abort_locked() {
+    aborted_ = true;
+    aborted_flag_.store(true);
+    cv_.notify_all();
+    mail_cv_.notify_all();
+  }
+  /// What the ranks other than `me` are in, for the watchdog's message (under the lock):
+  /// "; rank 1 waits in all_reduce f64 × 8 (#3); rank 2 is not in a collective (its last: none)".
+  std::string others(int me) const {
+    const std::uint64_t at = generation_.load(std::memory_order_relaxed) + 1;  // the barrier now filling
+    std::string s;
+    for (int r = 0; r < n_; ++r) {
+      if (r == me) continue;
+      if (arrived_at_[r] == at) s += cat("; rank ", r, " waits in ", describe(fp_[r].view()));
+      else if (recv_from_[r] >= 0) s += cat("; rank ", r, " waits in recv from rank ", recv_from_[r]);
+      else s += cat("; rank ", r, " is not in a collective (its last: ", describe(fp_[r].view()), ")");
+    }
+    return s;
   }
 
   static void cpu_relax() {
@@ -116,6 +201,8 @@ class ThreadWorld {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> aborted_flag_{false};
   bool aborted_ = false;
+  std::vector<std::uint64_t> arrived_at_;  // generation + 1 of the barrier rank r last entered
+  std::vector<int> recv_from_;             // the peer rank r waits on in a watched recv, or −1
   std::map<std::pair<int, int>, std::deque<std::vector<char>>> mail_;
 };
 
@@ -140,6 +227,9 @@ inline constexpr std::size_t reduce_tile_bytes = 16384;
 }  // namespace detail
 
 /// One rank's handle on a thread world. Cheap to copy.
+///
+/// Each collective also takes a CallInfo (the ledger passes its layouts and scope on): with
+/// checked collectives on (core/checks.hpp) they are part of the fingerprint the ranks compare.
 class ThreadComm {
  public:
   ThreadComm(std::shared_ptr<detail::ThreadWorld> w, int rank) : w_(std::move(w)), rank_(rank) {}
@@ -148,42 +238,53 @@ class ThreadComm {
   int size() const { return w_->size(); }
   std::uintptr_t key() const { return reinterpret_cast<std::uintptr_t>(w_.get()); }
   static constexpr std::string_view name() { return "ThreadComm"; }
-  void barrier() { w_->barrier(); }
+
+  /// Unchecked: a plain barrier. Checked: a collective of its own, fingerprint "barrier (#s)".
+  void barrier() {
+    if (!check_collectives()) return w_->barrier(rank_);
+    checked_rendezvous(detail::CheckedOp::barrier);
+  }
+  /// Checked mode only: the rendezvous every rank makes when its run_ranks body returns, so that
+  /// a rank that skipped a collective meets the others' call there (a mismatch, not a hang).
+  void end_of_body() {
+    if (check_collectives()) checked_rendezvous(detail::CheckedOp::end_of_body);
+  }
 
   // buf[n] := Σ_ranks buf[n] in one phase: rank r owns chunk r; tile by tile it sums chunk r of
   // every rank's buffer in rank order 0, 1, …, P−1 and writes the sum into every rank's buffer.
   // Nobody else reads or writes chunk r, so no copy of the input is needed, every rank ends with
   // the same bits, and each element is read P times and written P times in all (the minimum).
-  void all_reduce(void* buf, std::size_t n, DType t, ReduceOp op) {
+  void all_reduce(void* buf, std::size_t n, DType t, ReduceOp op, const CallInfo& info = {}) {
     dispatch_host(t, [&]<class T>() {
-      publish(buf, buf);
+      publish(buf, buf, n, t, info, detail::CheckedOp::all_reduce, op);
       const int P = size();
       constexpr std::size_t tile = detail::reduce_tile_bytes / sizeof(T);
       T acc[tile];
-      auto [lo, hi] = chunk(n, rank_);
+      const auto range = chunk(n, rank_);
+      const std::size_t lo = range.first, hi = range.second;
       for (std::size_t t0 = lo; t0 < hi; t0 += tile) {
         const std::size_t len = std::min(tile, hi - t0);
         std::copy_n(static_cast<const T*>(w_->recv_[0]) + t0, len, acc);
         for (int s = 1; s < P; ++s) detail::accumulate(acc, static_cast<const T*>(w_->recv_[s]) + t0, len, op);
         for (int s = 0; s < P; ++s) std::copy_n(acc, len, static_cast<T*>(w_->recv_[s]) + t0);
       }
-      w_->barrier();
+      w_->barrier(rank_);
     });
   }
 
-  void all_gather(const void* send, void* recv, std::size_t n, DType t) {
+  void all_gather(const void* send, void* recv, std::size_t n, DType t, const CallInfo& info = {}) {
     const std::size_t bytes = n * size_of(t);
-    publish(send, recv);
+    publish(send, recv, n, t, info, detail::CheckedOp::all_gather);
     for (int s = 0; s < size(); ++s) {
       char* dst = static_cast<char*>(recv) + s * bytes;
       if (w_->send_[s] != dst) std::memcpy(dst, w_->send_[s], bytes);
     }
-    w_->barrier();
+    w_->barrier(rank_);
   }
 
-  void reduce_scatter(const void* send, void* recv, std::size_t n, DType t, ReduceOp op) {
+  void reduce_scatter(const void* send, void* recv, std::size_t n, DType t, ReduceOp op, const CallInfo& info = {}) {
     dispatch_host(t, [&]<class T>() {
-      publish(send, recv);
+      publish(send, recv, n, t, info, detail::CheckedOp::reduce_scatter, op);
       constexpr std::size_t tile = detail::reduce_tile_bytes / sizeof(T);
       T acc[tile];
       auto* out = static_cast<T*>(recv);
@@ -195,42 +296,81 @@ class ThreadComm {
           detail::accumulate(acc, static_cast<const T*>(w_->send_[s]) + off + t0, len, op);
         std::copy_n(acc, len, out + t0);
       }
-      w_->barrier();
+      w_->barrier(rank_);
     });
   }
 
-  void all_to_all(const void* send, void* recv, std::size_t n, DType t) {
+  void all_to_all(const void* send, void* recv, std::size_t n, DType t, const CallInfo& info = {}) {
     const std::size_t bytes = n * size_of(t);
-    publish(send, recv);
+    publish(send, recv, n, t, info, detail::CheckedOp::all_to_all);
     for (int s = 0; s < size(); ++s)
       std::memcpy(static_cast<char*>(recv) + s * bytes,
                   static_cast<const char*>(w_->send_[s]) + rank_ * bytes, bytes);
-    w_->barrier();
+    w_->barrier(rank_);
   }
 
-  void broadcast(void* buf, std::size_t n, DType t, int root) {
+  void broadcast(void* buf, std::size_t n, DType t, int root, const CallInfo& info = {}) {
     check_peer(root, "broadcast root");
-    publish(buf, buf);
+    publish(buf, buf, n, t, info, detail::CheckedOp::broadcast, ReduceOp::sum, root);
     if (rank_ != root) std::memcpy(buf, w_->send_[root], n * size_of(t));
-    w_->barrier();
+    w_->barrier(rank_);
   }
 
-  void send(const void* buf, std::size_t n, DType t, int peer) {
+  void send(const void* buf, std::size_t n, DType t, int peer, const CallInfo& = {}) {
     check_peer(peer, "send peer");
     w_->post(rank_, peer, buf, n * size_of(t));
   }
-  void recv(void* buf, std::size_t n, DType t, int peer) {
+  /// Checked mode: under the watchdog (a recv whose send never comes raises).
+  void recv(void* buf, std::size_t n, DType t, int peer, const CallInfo& = {}) {
     check_peer(peer, "recv peer");
-    w_->take(peer, rank_, buf, n * size_of(t));
+    w_->take(peer, rank_, buf, n * size_of(t), check_collectives());
   }
 
  private:
-  // Publish this rank's buffers and wait until every rank has published.
-  void publish(const void* send, void* recv) {
-    w_->barrier();  // the previous collective's readers are done with the slots
+  // Publish this rank's buffers and wait until every rank has published; then, before any data
+  // moves, check that the ranks agree: the fingerprints in checked mode, and always the kind and
+  // the block's bytes (so that no rank reads or writes past a peer's buffer).
+  void publish(const void* send, void* recv, std::size_t n, DType t, const CallInfo& info, detail::CheckedOp kind,
+               ReduceOp op = ReduceOp::sum, int root = -1) {
+    const bool checked = check_collectives();
+    if (checked) {
+      const auto fp = detail::Fingerprint::make(kind, n, t, info, ++w_->seq_[rank_], op, root);
+      w_->barrier(rank_, &fp);  // the previous collective's readers are done with the slots
+    } else {
+      w_->barrier(rank_);
+    }
     w_->send_[rank_] = send;
     w_->recv_[rank_] = recv;
-    w_->barrier();
+    w_->kind_[rank_] = kind;
+    w_->bytes_[rank_] = n * size_of(t);
+    w_->barrier(rank_);
+    if (checked) check_fingerprints();
+    for (int r = 1; r < size(); ++r)
+      if (w_->kind_[r] != w_->kind_[0] || w_->bytes_[r] != w_->bytes_[0]) {
+        std::string msg = detail::cat("ThreadComm: mismatched collectives: rank 0: ", to_string(w_->kind_[0]), " of ",
+                                      w_->bytes_[0], " bytes; rank ", r, ": ", to_string(w_->kind_[r]), " of ",
+                                      w_->bytes_[r], " bytes (set_check_collectives(true) names the calls)");
+        w_->barrier(rank_);  // every rank found it: meet before any rank's next call reuses the slots
+        throw CollectiveMismatchError(std::move(msg));
+      }
+  }
+  // A checked collective that moves no data (barrier, end of body): enter with the fingerprint,
+  // compare, and leave only when every rank has compared (the slots are then free again).
+  void checked_rendezvous(detail::CheckedOp kind) {
+    const auto fp = detail::Fingerprint::make(kind, 0, DType::f64, {}, ++w_->seq_[rank_]);
+    w_->barrier(rank_, &fp);
+    w_->barrier(rank_);
+    check_fingerprints();
+    w_->barrier(rank_);
+  }
+  // On a mismatch every rank finds the same text; they meet once more before raising it, so that
+  // no rank's next call overwrites its slot while another still reads it.
+  void check_fingerprints() const {
+    std::string msg = detail::mismatch_text(
+        "ThreadComm", size(), [&](int r) -> const detail::FingerprintRecord& { return w_->fp_[r]; });
+    if (msg.empty()) return;
+    w_->barrier(rank_);
+    throw CollectiveMismatchError(std::move(msg));
   }
   std::pair<std::size_t, std::size_t> chunk(std::size_t n, int r) const {
     const std::size_t P = static_cast<std::size_t>(size()), base = n / P, extra = n % P;
@@ -247,12 +387,21 @@ class ThreadComm {
   int rank_;
 };
 
-static_assert(Communicator<ThreadComm>);
+static_assert(Communicator<ThreadComm> && InfoAwareCommunicator<ThreadComm>);
 
 namespace detail {
+/// Test hook: when ≥ 1, starting the thread of that rank fails as std::thread does when the
+/// system has no threads left (std::system_error, EAGAIN). −1: off.
+inline std::atomic<int>& fail_thread_start_at() {
+  static std::atomic<int> rank{-1};
+  return rank;
+}
+
 /// Run `body(r)` for r = 0..n−1 on n threads (rank 0 on the caller's). When a rank throws,
-/// `abort()` releases the others; afterwards the first rank's own exception is rethrown, in
-/// preference to the CommErrors ("another rank failed") that the abort caused.
+/// `abort()` releases the others; afterwards the first rank's own exception is rethrown — a
+/// CommError too — in preference to the CommAbortedErrors ("another rank failed") that the abort
+/// caused. When a thread cannot be started, the ones started are aborted and joined, and the
+/// result is a ThreadStartError naming the rank (never std::terminate).
 template <class Body, class Abort>
 void run_threads(int n, Body&& body, Abort&& abort) {
   std::vector<std::exception_ptr> errors(n);
@@ -260,7 +409,7 @@ void run_threads(int n, Body&& body, Abort&& abort) {
   auto guarded = [&](int r) {
     try {
       body(r);
-    } catch (const CommError&) {
+    } catch (const CommAbortedError&) {
       errors[r] = std::current_exception();
       aborted_only[r] = 1;
       abort();
@@ -271,9 +420,21 @@ void run_threads(int n, Body&& body, Abort&& abort) {
   };
   std::vector<std::thread> threads;
   threads.reserve(n - 1);
-  for (int r = 1; r < n; ++r) threads.emplace_back(guarded, r);
-  guarded(0);
+  std::string start_error;
+  for (int r = 1; r < n && start_error.empty(); ++r) {
+    try {
+      if (fail_thread_start_at().load(std::memory_order_relaxed) == r)
+        throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                                "injected (detail::fail_thread_start_at)");
+      threads.emplace_back(guarded, r);
+    } catch (const std::system_error& e) {
+      start_error = cat("run_ranks: could not start the thread of rank ", r, " of ", n, ": ", e.what());
+      abort();
+    }
+  }
+  if (start_error.empty()) guarded(0);
   for (auto& t : threads) t.join();
+  if (!start_error.empty()) throw ThreadStartError(start_error);
   for (int r = 0; r < n; ++r)
     if (errors[r] && !aborted_only[r]) std::rethrow_exception(errors[r]);
   for (int r = 0; r < n; ++r)
@@ -283,6 +444,7 @@ void run_threads(int n, Body&& body, Abort&& abort) {
 
 /// Run `fn(ThreadComm&)` on `n` threads, ranks 0..n−1; rethrow the first rank's exception.
 /// For the duration of the run the local GEMM gets local_threads_for(n) threads per rank.
+/// With checked collectives on, the end of each rank's body is a checked rendezvous too.
 template <class Fn>
 void run_ranks(int n, Fn&& fn) {
   if (n < 1) throw CommError(detail::cat("run_ranks: world size ", n, " must be at least 1"));
@@ -297,6 +459,7 @@ void run_ranks(int n, Fn&& fn) {
       [&](int r) {
         ThreadComm comm(world, r);
         fn(comm);
+        comm.end_of_body();
       },
       [&] { world->abort(); });
 }

@@ -53,6 +53,26 @@ struct EmptyTensorError : Error {
 struct CommError : Error {
   using Error::Error;
 };
+/// A collective given up because another rank failed (ThreadComm's world was aborted): a
+/// bystander's error. run_ranks rethrows the failing rank's own exception in preference to it.
+struct CommAbortedError : CommError {
+  using CommError::CommError;
+};
+/// Checked mode (core/checks.hpp): the ranks of a group called different collectives (kind,
+/// dtype, count, root, layouts or sequence number differ). Raised on every rank, before any data
+/// moves; the message names both sides.
+struct CollectiveMismatchError : CommError {
+  using CommError::CommError;
+};
+/// Checked mode's watchdog: a rank waited longer than collective_timeout() in a collective; the
+/// message names what this rank is in and what the others are in (or that they did not arrive).
+struct CollectiveTimeoutError : CommError {
+  using CommError::CommError;
+};
+/// run_ranks could not start a rank's thread (std::thread threw): the message names the rank.
+struct ThreadStartError : CommError {
+  using CommError::CommError;
+};
 /// A rank number outside its group (a source rank of distribute, a root): the message names it
 /// and the group size.
 struct RankError : Error {

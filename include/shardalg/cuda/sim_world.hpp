@@ -125,7 +125,7 @@ class World {
     void* buf;
     std::size_t bytes;
   };
-  [[noreturn]] static void throw_aborted() { throw CommError("SimComm: another rank failed; collective aborted"); }
+  [[noreturn]] static void throw_aborted() { throw CommAbortedError("SimComm: another rank failed; collective aborted"); }
 
   int n_;
   Release release_;
