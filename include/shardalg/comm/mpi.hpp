@@ -1,6 +1,14 @@
 // shardalg/comm/mpi.hpp — a Communicator over an MPI communicator (opt-in: needs <mpi.h> and
 // the shardalg::mpi target). Wraps the user's MPI_Comm, MPI_COMM_WORLD or a sub-communicator
 // from MPI_Comm_split; collectives run in place on the caller's buffers, with no staging copies.
+//
+// Reproducible mode (set_reproducible(true), or SHARDALG_REPRODUCIBLE=1 in the environment when
+// the handle is made): all_reduce and reduce_scatter add in rank order 0, 1, …, P−1, element by
+// element, as ThreadComm does, so a run under mpirun gives the bits of the same run on threads
+// at any P (MPI's own algorithms add in an order of their choosing: recursive doubling, a ring).
+// Each is a reduce-scatter by direct exchange (MPI_Alltoallv of chunks, then each rank sums the
+// P copies of its chunk in rank order), the all-reduce then an MPI_Allgatherv: (P−1)/P·V sent
+// per rank for each half, the ring's traffic.
 #pragma once
 
 // Only MPI's C API is used; skip the deprecated C++ bindings (and their warnings).
@@ -14,6 +22,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -49,6 +59,17 @@ std::uintptr_t handle_key(H h) {
   if constexpr (std::is_pointer_v<H>) return reinterpret_cast<std::uintptr_t>(h);
   else return static_cast<std::uintptr_t>(h);
 }
+/// ThreadComm's chunk r of n elements over P ranks: the first n mod P chunks one longer.
+inline std::pair<std::size_t, std::size_t> rank_chunk(std::size_t n, int P, int r) {
+  const std::size_t p = static_cast<std::size_t>(P), base = n / p, extra = n % p, rr = static_cast<std::size_t>(r);
+  const std::size_t lo = rr * base + std::min(rr, extra);
+  return {lo, lo + base + (rr < extra ? 1 : 0)};
+}
+/// SHARDALG_REPRODUCIBLE set to anything but "" or "0".
+inline bool reproducible_from_env() {
+  const char* v = std::getenv("SHARDALG_REPRODUCIBLE");
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
 inline void mpi_check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
@@ -61,7 +82,8 @@ inline void mpi_check(int rc, const char* what) {
 class MpiComm {
  public:
   /// Wrap a communicator the caller owns (it must outlive this handle and its copies).
-  explicit MpiComm(MPI_Comm comm) : comm_(std::make_shared<MPI_Comm>(comm)) {
+  /// Reproducible mode starts on when SHARDALG_REPRODUCIBLE is set (not "0").
+  explicit MpiComm(MPI_Comm comm) : comm_(std::make_shared<MPI_Comm>(comm)), reproducible_(detail::reproducible_from_env()) {
     detail::mpi_check(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
     detail::mpi_check(MPI_Comm_size(comm, &size_), "MPI_Comm_size");
   }
@@ -70,13 +92,24 @@ class MpiComm {
   [[nodiscard]] MpiComm split(int color, int key) const {
     MPI_Comm sub;
     detail::mpi_check(MPI_Comm_split(*comm_, color, key, &sub), "MPI_Comm_split");
-    return MpiComm(std::shared_ptr<MPI_Comm>(new MPI_Comm(sub), [](MPI_Comm* c) {
+    MpiComm out(std::shared_ptr<MPI_Comm>(new MPI_Comm(sub), [](MPI_Comm* c) {
       int finalized = 0;
       MPI_Finalized(&finalized);
       if (!finalized) MPI_Comm_free(c);
       delete c;
     }));
+    out.reproducible_ = reproducible_;  // the mode is inherited
+    return out;
   }
+
+  /// Reproducible mode: all_reduce and reduce_scatter (any ReduceOp) combine in rank order
+  /// 0, 1, …, P−1 with ThreadComm's arithmetic, so their results are bitwise those of
+  /// ThreadComm's at the same P; iall_reduce then runs the blocking one (async_all_reduce()
+  /// says false). Set it on the handle before wrapping it in a Group; copies and split() keep it.
+  void set_reproducible(bool on) { reproducible_ = on; }
+  [[nodiscard]] bool reproducible() const { return reproducible_; }
+  /// Whether iall_reduce returns before the all-reduce completes (not in reproducible mode).
+  [[nodiscard]] bool async_all_reduce() const { return !reproducible_; }
 
   [[nodiscard]] MPI_Comm native() const { return *comm_; }
 
@@ -98,12 +131,20 @@ class MpiComm {
   static constexpr std::string_view name() { return "MpiComm"; }
 
   void all_reduce(void* buf, std::size_t n, DType t, ReduceOp op) {
+    if (reproducible_ && size_ > 1) {
+      dispatch_host(t, [&]<class T>() { ordered_all_reduce(static_cast<T*>(buf), n, op); });
+      return;
+    }
     detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, count(n), detail::mpi_type(t), detail::mpi_op(op), *comm_),
                       "MPI_Allreduce");
   }
   /// MPI_Iallreduce in place. Open MPI progresses it inside MPI calls: the Request's test()
   /// is where the work happens when no progress thread or offloading network does it.
   [[nodiscard]] Request iall_reduce(void* buf, std::size_t n, DType t, ReduceOp op) {
+    if (reproducible_ && size_ > 1) {  // the ordered sum is blocking: a completed Request
+      all_reduce(buf, n, t, op);
+      return {};
+    }
     MpiRequest r;
     detail::mpi_check(
         MPI_Iallreduce(MPI_IN_PLACE, buf, count(n), detail::mpi_type(t), detail::mpi_op(op), *comm_, &r.req),
@@ -123,6 +164,10 @@ class MpiComm {
   void set_reduce_scatter_algorithm(ReduceScatterAlgorithm a) { rs_algo_ = a; }
 
   void reduce_scatter(const void* send, void* recv, std::size_t n, DType t, ReduceOp op) {
+    if (reproducible_ && size_ > 1) {
+      dispatch_host(t, [&]<class T>() { ordered_reduce_scatter(static_cast<const T*>(send), static_cast<T*>(recv), n, op); });
+      return;
+    }
     if (rs_algo_ == ReduceScatterAlgorithm::native || size_ == 1 || n == 0) {
       detail::mpi_check(MPI_Reduce_scatter_block(send, recv, count(n), detail::mpi_type(t), detail::mpi_op(op), *comm_),
                         "MPI_Reduce_scatter_block");
@@ -198,6 +243,72 @@ class MpiComm {
     }
   }
 
+  // ---- reproducible mode
+  // Rank c gets [off[c], off[c] + len[c]) of every rank's `send` and writes into out[0, len[c])
+  // their combination in rank order: out := x_0; out ∘= x_1; …; out ∘= x_{P−1} (detail::accumulate,
+  // ThreadComm's loop). The exchange is an MPI_Alltoallv in segments of at most kOrderedBytes
+  // landing per rank, so the working memory is bounded; each segment of `out` is written only
+  // after it has been sent, so out may alias send (the in-place all-reduce, reduce_scatter's
+  // recv = send + rank·n).
+  static constexpr std::size_t kOrderedBytes = 4u << 20;
+  template <class T>
+  void ordered_exchange_sum(const T* send, const std::vector<std::size_t>& off, const std::vector<std::size_t>& len,
+                            T* out, ReduceOp op) {
+    const int P = size_;
+    const auto ty = detail::mpi_type(dtype_of<T>);
+    const std::size_t seg = std::max<std::size_t>(1, kOrderedBytes / sizeof(T) / static_cast<std::size_t>(P));
+    const std::size_t longest = *std::max_element(len.begin(), len.end());
+    const std::size_t mine_len = len[static_cast<std::size_t>(rank_)];
+    std::unique_ptr<T[]> in(new T[static_cast<std::size_t>(P) * std::max<std::size_t>(1, std::min(seg, mine_len))]);
+    std::vector<int> sc(P), sd(P), rc(P), rd(P);
+    for (std::size_t o = 0; o < longest; o += seg) {  // the same number of rounds on every rank
+      for (int c = 0; c < P; ++c) {
+        const auto cc = static_cast<std::size_t>(c);
+        const std::size_t l = o < len[cc] ? std::min(seg, len[cc] - o) : 0;
+        sc[c] = count(l);
+        sd[c] = l ? count(off[cc] + o) : 0;
+      }
+      const std::size_t m = o < mine_len ? std::min(seg, mine_len - o) : 0;
+      for (int s = 0; s < P; ++s) {
+        rc[s] = count(m);
+        rd[s] = count(static_cast<std::size_t>(s) * m);
+      }
+      detail::mpi_check(MPI_Alltoallv(send, sc.data(), sd.data(), ty, in.get(), rc.data(), rd.data(), ty, *comm_),
+                        "MPI_Alltoallv");
+      if (m == 0) continue;
+      std::copy_n(in.get(), m, out + o);
+      for (int s = 1; s < P; ++s) detail::accumulate(out + o, in.get() + static_cast<std::size_t>(s) * m, m, op);
+    }
+  }
+  // buf[n] := Σ_ranks buf[n] in rank order: rank r sums ThreadComm's chunk r, then MPI_Allgatherv.
+  template <class T>
+  void ordered_all_reduce(T* buf, std::size_t n, ReduceOp op) {
+    if (n == 0) return;
+    const int P = size_;
+    std::vector<std::size_t> off(P), len(P);
+    std::vector<int> cnt(P), displ(P);
+    for (int c = 0; c < P; ++c) {
+      const auto [lo, hi] = detail::rank_chunk(n, P, c);
+      off[c] = lo;
+      len[c] = hi - lo;
+      cnt[c] = count(hi - lo);
+      displ[c] = count(lo);
+    }
+    ordered_exchange_sum<T>(buf, off, len, buf + off[rank_], op);
+    const auto ty = detail::mpi_type(dtype_of<T>);
+    detail::mpi_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt.data(), displ.data(), ty, *comm_),
+                      "MPI_Allgatherv");
+  }
+  // recv[n] := Σ_ranks send[rank·n, rank·n + n) in rank order.
+  template <class T>
+  void ordered_reduce_scatter(const T* send, T* recv, std::size_t n, ReduceOp op) {
+    if (n == 0) return;
+    const int P = size_;
+    std::vector<std::size_t> off(P), len(P, n);
+    for (int c = 0; c < P; ++c) off[c] = static_cast<std::size_t>(c) * n;
+    ordered_exchange_sum<T>(send, off, len, recv, op);
+  }
+
   static int count(std::size_t n) {
     if (n > static_cast<std::size_t>(INT32_MAX))
       throw CommError(detail::cat("MpiComm: count ", n, " exceeds MPI's int limit"));
@@ -207,6 +318,7 @@ class MpiComm {
   std::shared_ptr<MPI_Comm> comm_;
   int rank_ = 0, size_ = 1;
   ReduceScatterAlgorithm rs_algo_ = ReduceScatterAlgorithm::ring;
+  bool reproducible_ = false;
 };
 
 static_assert(Communicator<MpiComm> && AsyncAllReduce<MpiComm>);
