@@ -6,9 +6,9 @@
 // the handle is made): all_reduce and reduce_scatter add in rank order 0, 1, …, P−1, element by
 // element, as ThreadComm does, so a run under mpirun gives the bits of the same run on threads
 // at any P (MPI's own algorithms add in an order of their choosing: recursive doubling, a ring).
-// Each is a reduce-scatter by direct exchange (MPI_Alltoallv of chunks, then each rank sums the
-// P copies of its chunk in rank order), the all-reduce then an MPI_Allgatherv: (P−1)/P·V sent
-// per rank for each half, the ring's traffic.
+// Each is a reduce-scatter by direct exchange (every rank sends chunk c of its buffer to rank c,
+// point to point; rank c adds the P copies of its chunk in rank order as they land), the
+// all-reduce then an MPI_Allgatherv: (P−1)/P·V sent per rank for each half, the ring's traffic.
 #pragma once
 
 // Only MPI's C API is used; skip the deprecated C++ bindings (and their warnings).
@@ -64,6 +64,21 @@ inline std::pair<std::size_t, std::size_t> rank_chunk(std::size_t n, int P, int 
   const std::size_t p = static_cast<std::size_t>(P), base = n / p, extra = n % p, rr = static_cast<std::size_t>(r);
   const std::size_t lo = rr * base + std::min(rr, extra);
   return {lo, lo + base + (rr < extra ? 1 : 0)};
+}
+/// out[i] := a[i] ∘ b[i]: the first step of detail::accumulate's rank-order fold (acc := a;
+/// acc ∘= b), in one pass, with the same arithmetic and comparisons.
+template <class T>
+void combine2(T* out, const T* a, const T* b, std::size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::max:
+      for (std::size_t i = 0; i < n; ++i) out[i] = a[i] < b[i] ? b[i] : a[i];
+      break;
+    case ReduceOp::min:
+      for (std::size_t i = 0; i < n; ++i) out[i] = b[i] < a[i] ? b[i] : a[i];
+      break;
+    default:
+      for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  }
 }
 /// SHARDALG_REPRODUCIBLE set to anything but "" or "0".
 inline bool reproducible_from_env() {
@@ -245,39 +260,59 @@ class MpiComm {
 
   // ---- reproducible mode
   // Rank c gets [off[c], off[c] + len[c]) of every rank's `send` and writes into out[0, len[c])
-  // their combination in rank order: out := x_0; out ∘= x_1; …; out ∘= x_{P−1} (detail::accumulate,
-  // ThreadComm's loop). The exchange is an MPI_Alltoallv in segments of at most kOrderedBytes
-  // landing per rank, so the working memory is bounded; each segment of `out` is written only
-  // after it has been sent, so out may alias send (the in-place all-reduce, reduce_scatter's
-  // recv = send + rank·n).
+  // their combination in rank order, out := x_0 ∘ x_1 ∘ … ∘ x_{P−1} from the left, with
+  // ThreadComm's arithmetic (detail::accumulate; the first two fused into one pass). The
+  // exchange is point to point in rounds of at most kOrderedBytes landing per rank (bounded
+  // memory): each round posts every receive and send at once, reads this rank's own part in
+  // place, and adds each peer's part as soon as it has landed, in rank order. `out` may alias
+  // this rank's own part of `send` (the in-place all-reduce; reduce_scatter's recv = send +
+  // rank·n): that segment is then copied aside before it is overwritten.
   static constexpr std::size_t kOrderedBytes = 4u << 20;
+  static constexpr int kOrderedTag = 2;
   template <class T>
   void ordered_exchange_sum(const T* send, const std::vector<std::size_t>& off, const std::vector<std::size_t>& len,
                             T* out, ReduceOp op) {
-    const int P = size_;
+    const int P = size_, r = rank_;
     const auto ty = detail::mpi_type(dtype_of<T>);
     const std::size_t seg = std::max<std::size_t>(1, kOrderedBytes / sizeof(T) / static_cast<std::size_t>(P));
     const std::size_t longest = *std::max_element(len.begin(), len.end());
-    const std::size_t mine_len = len[static_cast<std::size_t>(rank_)];
-    std::unique_ptr<T[]> in(new T[static_cast<std::size_t>(P) * std::max<std::size_t>(1, std::min(seg, mine_len))]);
-    std::vector<int> sc(P), sd(P), rc(P), rd(P);
-    for (std::size_t o = 0; o < longest; o += seg) {  // the same number of rounds on every rank
+    const std::size_t mine_len = len[static_cast<std::size_t>(r)];
+    const std::size_t slot = std::max<std::size_t>(1, std::min(seg, mine_len));
+    std::unique_ptr<T[]> in(new T[static_cast<std::size_t>(P) * slot]);
+    std::vector<MPI_Request> rq(P, MPI_REQUEST_NULL), sq(P, MPI_REQUEST_NULL);
+    for (std::size_t o = 0; o < longest; o += seg) {  // the same rounds on every rank
+      const std::size_t m = o < mine_len ? std::min(seg, mine_len - o) : 0;
+      for (int s = 0; s < P; ++s)
+        if (s != r && m > 0)
+          detail::mpi_check(MPI_Irecv(in.get() + static_cast<std::size_t>(s) * slot, count(m), ty, s, kOrderedTag,
+                                      *comm_, &rq[s]),
+                            "MPI_Irecv");
       for (int c = 0; c < P; ++c) {
         const auto cc = static_cast<std::size_t>(c);
-        const std::size_t l = o < len[cc] ? std::min(seg, len[cc] - o) : 0;
-        sc[c] = count(l);
-        sd[c] = l ? count(off[cc] + o) : 0;
+        if (c == r || o >= len[cc]) continue;
+        detail::mpi_check(MPI_Isend(send + off[cc] + o, count(std::min(seg, len[cc] - o)), ty, c, kOrderedTag, *comm_,
+                                    &sq[c]),
+                          "MPI_Isend");
       }
-      const std::size_t m = o < mine_len ? std::min(seg, mine_len - o) : 0;
-      for (int s = 0; s < P; ++s) {
-        rc[s] = count(m);
-        rd[s] = count(static_cast<std::size_t>(s) * m);
+      if (m > 0) {
+        T* dst = out + o;
+        const T* own = send + off[static_cast<std::size_t>(r)] + o;
+        const auto at = [](const T* p) { return reinterpret_cast<std::uintptr_t>(p); };
+        if (at(own) < at(dst + m) && at(dst) < at(own + m)) {  // in place: keep my part
+          T* aside = in.get() + static_cast<std::size_t>(r) * slot;
+          std::copy_n(own, m, aside);
+          own = aside;
+        }
+        const auto part = [&](int s) -> const T* {
+          if (s == r) return own;
+          detail::mpi_check(MPI_Wait(&rq[s], MPI_STATUS_IGNORE), "MPI_Wait");
+          return in.get() + static_cast<std::size_t>(s) * slot;
+        };
+        const T* x0 = part(0);
+        detail::combine2(dst, x0, part(1), m, op);
+        for (int s = 2; s < P; ++s) detail::accumulate(dst, part(s), m, op);
       }
-      detail::mpi_check(MPI_Alltoallv(send, sc.data(), sd.data(), ty, in.get(), rc.data(), rd.data(), ty, *comm_),
-                        "MPI_Alltoallv");
-      if (m == 0) continue;
-      std::copy_n(in.get(), m, out + o);
-      for (int s = 1; s < P; ++s) detail::accumulate(out + o, in.get() + static_cast<std::size_t>(s) * m, m, op);
+      detail::mpi_check(MPI_Waitall(P, sq.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
     }
   }
   // buf[n] := Σ_ranks buf[n] in rank order: rank r sums ThreadComm's chunk r, then MPI_Allgatherv.
