@@ -293,13 +293,31 @@ class Program {
     product(ta, false, kb, &to);
   }
 
+  // A function template, not a nested generic lambda: Clang 14 instantiates the discarded
+  // branches of an `if constexpr` whose condition depends on an enclosing lambda's parameters.
+  template <bool TA, bool TB, class SX, class LB>
+  static Var<T> local_product(const Sharded<T, SX>& x, const Sharded<T, LB>& b) {
+    constexpr K ea = TA ? transpose(SX::kind) : SX::kind;
+    constexpr K eb = TB ? transpose(LB::kind) : LB::kind;
+    if constexpr (!matmul_rule(ea, eb).valid) {
+      throw std::logic_error("fuzz: an invalid product was drawn");
+    } else if constexpr (TA && TB) {
+      return matmul(transpose(x), transpose(b));
+    } else if constexpr (TA) {
+      return matmul(transpose(x), b);
+    } else if constexpr (TB) {
+      return matmul(x, transpose(b));
+    } else {
+      return matmul(x, b);
+    }
+  }
+
   void product(bool ta, bool tb, K kb, const K* to) {
     const Index k = ta ? rows() : cols(), m = ta ? cols() : rows(), n = dim();
     const Index br = tb ? n : k, bc = tb ? k : n;
     const auto s = fresh();
     const Mat<T> B = with_kind(kb, [&]<class L>(L) { return testing::dense_of<L, T>(br, bc, s, p_); });
     apply([&](const auto& x) -> Var<T> {
-      using SX = typename std::remove_cvref_t<decltype(x)>::layout;
       return with_kind(kb, [&]<class LB>(LB) -> Var<T> {
         const auto b = testing::make_operand<LB, T>(g_, br, bc, s);
         return with_bool(ta, [&]<class TA>(TA) -> Var<T> {
@@ -309,21 +327,7 @@ class Program {
               else return matmul<To>(x, b);
             });
           }
-          return with_bool(tb, [&]<class TB>(TB) -> Var<T> {
-            constexpr K ea = TA::value ? transpose(SX::kind) : SX::kind;
-            constexpr K eb = TB::value ? transpose(LB::kind) : LB::kind;
-            if constexpr (!matmul_rule(ea, eb).valid) {
-              throw std::logic_error("fuzz: an invalid product was drawn");
-            } else if constexpr (TA::value && TB::value) {
-              return matmul(transpose(x), transpose(b));
-            } else if constexpr (TA::value) {
-              return matmul(transpose(x), b);
-            } else if constexpr (TB::value) {
-              return matmul(x, transpose(b));
-            } else {
-              return matmul(x, b);
-            }
-          });
+          return with_bool(tb, [&]<class TB>(TB) -> Var<T> { return local_product<TA::value, TB::value>(x, b); });
         });
       });
     });
