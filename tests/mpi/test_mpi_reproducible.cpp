@@ -84,9 +84,11 @@ std::vector<T> thread_reduce_scatter(int P, int me, std::size_t n, std::uint64_t
   return out;
 }
 
-// 1, 2, 3, 5, 7, 13 and 1001 are not multiples of 2, 3 or 4; 300007 takes several segments of
-// the exchange (4 MiB landing per rank: 262144 floats at P = 4, 131072 doubles).
+// 1, 2, 3, 5, 7, 13 and 1001 are not multiples of 2, 3 or 4. The exchange runs in rounds of
+// 4 MiB landing per rank (262144 floats or 131072 doubles per peer at P = 4): reduce_scatter's
+// blocks of 300007 take 2–3 rounds at P = 4, and kLong (all_reduce only) 2–3 rounds at every P.
 const std::size_t kCounts[] = {0, 1, 2, 3, 5, 7, 13, 1001, 300007};
+constexpr std::size_t kLong = 1200007;
 
 template <class T>
 void check_all(ReduceOp op) {
@@ -136,6 +138,19 @@ TEST_CASE_TEMPLATE("MPI reproducible mode: all_reduce and reduce_scatter are Thr
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
     CAPTURE(static_cast<int>(op));
     check_all<T>(op);
+  }
+}
+
+TEST_CASE_TEMPLATE("MPI reproducible mode: a long all_reduce (several exchange rounds) is ThreadComm's bits", T,
+                   float, double) {
+  const int P = world_size(), me = world_rank();
+  MpiComm repro(MPI_COMM_WORLD);
+  repro.set_reproducible(true);
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+    const auto ref = thread_all_reduce<T>(P, me, kLong, 99, op);
+    auto a = input<T>(kLong, me, 99);
+    repro.all_reduce(a.data(), kLong, dtype_of<T>, op);
+    CHECK(same_bits(a, ref));
   }
 }
 
