@@ -5,6 +5,13 @@
 // Checked collectives (issue 14, comm/mpi_check.hpp): the overloads that take a CallInfo — the
 // ones Group and the ledger call — and barrier() exchange fingerprints first when
 // check_collectives() is on, under the watchdog. The plain overloads (no CallInfo) are unchecked.
+// Reproducible mode (set_reproducible(true), or SHARDALG_REPRODUCIBLE=1 in the environment when
+// the handle is made): all_reduce and reduce_scatter add in rank order 0, 1, …, P−1, element by
+// element, as ThreadComm does, so a run under mpirun gives the bits of the same run on threads
+// at any P (MPI's own algorithms add in an order of their choosing: recursive doubling, a ring).
+// Each is a reduce-scatter by direct exchange (every rank sends chunk c of its buffer to rank c,
+// point to point; rank c adds the P copies of its chunk in rank order as they land), the
+// all-reduce then an MPI_Allgatherv: (P−1)/P·V sent per rank for each half, the ring's traffic.
 #pragma once
 
 // Only MPI's C API is used; skip the deprecated C++ bindings (and their warnings).
@@ -18,6 +25,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -54,6 +63,32 @@ std::uintptr_t handle_key(H h) {
   if constexpr (std::is_pointer_v<H>) return reinterpret_cast<std::uintptr_t>(h);
   else return static_cast<std::uintptr_t>(h);
 }
+/// ThreadComm's chunk r of n elements over P ranks: the first n mod P chunks one longer.
+inline std::pair<std::size_t, std::size_t> rank_chunk(std::size_t n, int P, int r) {
+  const std::size_t p = static_cast<std::size_t>(P), base = n / p, extra = n % p, rr = static_cast<std::size_t>(r);
+  const std::size_t lo = rr * base + std::min(rr, extra);
+  return {lo, lo + base + (rr < extra ? 1 : 0)};
+}
+/// out[i] := a[i] ∘ b[i]: the first step of detail::accumulate's rank-order fold (acc := a;
+/// acc ∘= b), in one pass, with the same arithmetic and comparisons.
+template <class T>
+void combine2(T* out, const T* a, const T* b, std::size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::max:
+      for (std::size_t i = 0; i < n; ++i) out[i] = a[i] < b[i] ? b[i] : a[i];
+      break;
+    case ReduceOp::min:
+      for (std::size_t i = 0; i < n; ++i) out[i] = b[i] < a[i] ? b[i] : a[i];
+      break;
+    default:
+      for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  }
+}
+/// SHARDALG_REPRODUCIBLE set to anything but "" or "0".
+inline bool reproducible_from_env() {
+  const char* v = std::getenv("SHARDALG_REPRODUCIBLE");
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
 inline void mpi_check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
@@ -66,7 +101,8 @@ inline void mpi_check(int rc, const char* what) {
 class MpiComm {
  public:
   /// Wrap a communicator the caller owns (it must outlive this handle and its copies).
-  explicit MpiComm(MPI_Comm comm) : comm_(std::make_shared<MPI_Comm>(comm)) {
+  /// Reproducible mode starts on when SHARDALG_REPRODUCIBLE is set (not "0").
+  explicit MpiComm(MPI_Comm comm) : comm_(std::make_shared<MPI_Comm>(comm)), reproducible_(detail::reproducible_from_env()) {
     detail::mpi_check(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
     detail::mpi_check(MPI_Comm_size(comm, &size_), "MPI_Comm_size");
   }
@@ -75,13 +111,24 @@ class MpiComm {
   [[nodiscard]] MpiComm split(int color, int key) const {
     MPI_Comm sub;
     detail::mpi_check(MPI_Comm_split(*comm_, color, key, &sub), "MPI_Comm_split");
-    return MpiComm(std::shared_ptr<MPI_Comm>(new MPI_Comm(sub), [](MPI_Comm* c) {
+    MpiComm out(std::shared_ptr<MPI_Comm>(new MPI_Comm(sub), [](MPI_Comm* c) {
       int finalized = 0;
       MPI_Finalized(&finalized);
       if (!finalized) MPI_Comm_free(c);
       delete c;
     }));
+    out.reproducible_ = reproducible_;  // the mode is inherited
+    return out;
   }
+
+  /// Reproducible mode: all_reduce and reduce_scatter (any ReduceOp) combine in rank order
+  /// 0, 1, …, P−1 with ThreadComm's arithmetic, so their results are bitwise those of
+  /// ThreadComm's at the same P; iall_reduce then runs the blocking one (async_all_reduce()
+  /// says false). Set it on the handle before wrapping it in a Group; copies and split() keep it.
+  void set_reproducible(bool on) { reproducible_ = on; }
+  [[nodiscard]] bool reproducible() const { return reproducible_; }
+  /// Whether iall_reduce returns before the all-reduce completes (not in reproducible mode).
+  [[nodiscard]] bool async_all_reduce() const { return !reproducible_; }
 
   [[nodiscard]] MPI_Comm native() const { return *comm_; }
 
@@ -103,12 +150,20 @@ class MpiComm {
   static constexpr std::string_view name() { return "MpiComm"; }
 
   void all_reduce(void* buf, std::size_t n, DType t, ReduceOp op) {
+    if (reproducible_ && size_ > 1) {
+      dispatch_host(t, [&]<class T>() { ordered_all_reduce(static_cast<T*>(buf), n, op); });
+      return;
+    }
     detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, count(n), detail::mpi_type(t), detail::mpi_op(op), *comm_),
                       "MPI_Allreduce");
   }
   /// MPI_Iallreduce in place. Open MPI progresses it inside MPI calls: the Request's test()
   /// is where the work happens when no progress thread or offloading network does it.
   [[nodiscard]] Request iall_reduce(void* buf, std::size_t n, DType t, ReduceOp op) {
+    if (reproducible_ && size_ > 1) {  // the ordered sum is blocking: a completed Request
+      all_reduce(buf, n, t, op);
+      return {};
+    }
     MpiRequest r;
     detail::mpi_check(
         MPI_Iallreduce(MPI_IN_PLACE, buf, count(n), detail::mpi_type(t), detail::mpi_op(op), *comm_, &r.req),
@@ -128,6 +183,10 @@ class MpiComm {
   void set_reduce_scatter_algorithm(ReduceScatterAlgorithm a) { rs_algo_ = a; }
 
   void reduce_scatter(const void* send, void* recv, std::size_t n, DType t, ReduceOp op) {
+    if (reproducible_ && size_ > 1) {
+      dispatch_host(t, [&]<class T>() { ordered_reduce_scatter(static_cast<const T*>(send), static_cast<T*>(recv), n, op); });
+      return;
+    }
     if (rs_algo_ == ReduceScatterAlgorithm::native || size_ == 1 || n == 0) {
       detail::mpi_check(MPI_Reduce_scatter_block(send, recv, count(n), detail::mpi_type(t), detail::mpi_op(op), *comm_),
                         "MPI_Reduce_scatter_block");
@@ -236,6 +295,92 @@ class MpiComm {
     }
   }
 
+  // ---- reproducible mode
+  // Rank c gets [off[c], off[c] + len[c]) of every rank's `send` and writes into out[0, len[c])
+  // their combination in rank order, out := x_0 ∘ x_1 ∘ … ∘ x_{P−1} from the left, with
+  // ThreadComm's arithmetic (detail::accumulate; the first two fused into one pass). The
+  // exchange is point to point in rounds of at most kOrderedBytes landing per rank (bounded
+  // memory): each round posts every receive and send at once, reads this rank's own part in
+  // place, and adds each peer's part as soon as it has landed, in rank order. `out` may alias
+  // this rank's own part of `send` (the in-place all-reduce; reduce_scatter's recv = send +
+  // rank·n): that segment is then copied aside before it is overwritten.
+  static constexpr std::size_t kOrderedBytes = 4u << 20;
+  static constexpr int kOrderedTag = 2;
+  template <class T>
+  void ordered_exchange_sum(const T* send, const std::vector<std::size_t>& off, const std::vector<std::size_t>& len,
+                            T* out, ReduceOp op) {
+    const int P = size_, r = rank_;
+    const auto ty = detail::mpi_type(dtype_of<T>);
+    const std::size_t seg = std::max<std::size_t>(1, kOrderedBytes / sizeof(T) / static_cast<std::size_t>(P));
+    const std::size_t longest = *std::max_element(len.begin(), len.end());
+    const std::size_t mine_len = len[static_cast<std::size_t>(r)];
+    const std::size_t slot = std::max<std::size_t>(1, std::min(seg, mine_len));
+    std::unique_ptr<T[]> in(new T[static_cast<std::size_t>(P) * slot]);
+    std::vector<MPI_Request> rq(P, MPI_REQUEST_NULL), sq(P, MPI_REQUEST_NULL);
+    for (std::size_t o = 0; o < longest; o += seg) {  // the same rounds on every rank
+      const std::size_t m = o < mine_len ? std::min(seg, mine_len - o) : 0;
+      for (int s = 0; s < P; ++s)
+        if (s != r && m > 0)
+          detail::mpi_check(MPI_Irecv(in.get() + static_cast<std::size_t>(s) * slot, count(m), ty, s, kOrderedTag,
+                                      *comm_, &rq[s]),
+                            "MPI_Irecv");
+      for (int c = 0; c < P; ++c) {
+        const auto cc = static_cast<std::size_t>(c);
+        if (c == r || o >= len[cc]) continue;
+        detail::mpi_check(MPI_Isend(send + off[cc] + o, count(std::min(seg, len[cc] - o)), ty, c, kOrderedTag, *comm_,
+                                    &sq[c]),
+                          "MPI_Isend");
+      }
+      if (m > 0) {
+        T* dst = out + o;
+        const T* own = send + off[static_cast<std::size_t>(r)] + o;
+        const auto at = [](const T* p) { return reinterpret_cast<std::uintptr_t>(p); };
+        if (at(own) < at(dst + m) && at(dst) < at(own + m)) {  // in place: keep my part
+          T* aside = in.get() + static_cast<std::size_t>(r) * slot;
+          std::copy_n(own, m, aside);
+          own = aside;
+        }
+        const auto part = [&](int s) -> const T* {
+          if (s == r) return own;
+          detail::mpi_check(MPI_Wait(&rq[s], MPI_STATUS_IGNORE), "MPI_Wait");
+          return in.get() + static_cast<std::size_t>(s) * slot;
+        };
+        const T* x0 = part(0);
+        detail::combine2(dst, x0, part(1), m, op);
+        for (int s = 2; s < P; ++s) detail::accumulate(dst, part(s), m, op);
+      }
+      detail::mpi_check(MPI_Waitall(P, sq.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    }
+  }
+  // buf[n] := Σ_ranks buf[n] in rank order: rank r sums ThreadComm's chunk r, then MPI_Allgatherv.
+  template <class T>
+  void ordered_all_reduce(T* buf, std::size_t n, ReduceOp op) {
+    if (n == 0) return;
+    const int P = size_;
+    std::vector<std::size_t> off(P), len(P);
+    std::vector<int> cnt(P), displ(P);
+    for (int c = 0; c < P; ++c) {
+      const auto [lo, hi] = detail::rank_chunk(n, P, c);
+      off[c] = lo;
+      len[c] = hi - lo;
+      cnt[c] = count(hi - lo);
+      displ[c] = count(lo);
+    }
+    ordered_exchange_sum<T>(buf, off, len, buf + off[rank_], op);
+    const auto ty = detail::mpi_type(dtype_of<T>);
+    detail::mpi_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt.data(), displ.data(), ty, *comm_),
+                      "MPI_Allgatherv");
+  }
+  // recv[n] := Σ_ranks send[rank·n, rank·n + n) in rank order.
+  template <class T>
+  void ordered_reduce_scatter(const T* send, T* recv, std::size_t n, ReduceOp op) {
+    if (n == 0) return;
+    const int P = size_;
+    std::vector<std::size_t> off(P), len(P, n);
+    for (int c = 0; c < P; ++c) off[c] = static_cast<std::size_t>(c) * n;
+    ordered_exchange_sum<T>(send, off, len, recv, op);
+  }
+
   static int count(std::size_t n) {
     if (n > static_cast<std::size_t>(INT32_MAX))
       throw CommError(detail::cat("MpiComm: count ", n, " exceeds MPI's int limit"));
@@ -253,6 +398,7 @@ class MpiComm {
   std::shared_ptr<detail::MpiCheckState> check_ = std::make_shared<detail::MpiCheckState>();
   int rank_ = 0, size_ = 1;
   ReduceScatterAlgorithm rs_algo_ = ReduceScatterAlgorithm::ring;
+  bool reproducible_ = false;
 };
 
 static_assert(Communicator<MpiComm> && AsyncAllReduce<MpiComm> && InfoAwareCommunicator<MpiComm>);
