@@ -39,19 +39,8 @@ using K = LayoutKind;
 template <class T>
 using Var = std::variant<Sharded<T, Replicated>, Sharded<T, RowSharded>, Sharded<T, ColSharded>, Sharded<T, Partial>>;
 
-template <class F>
-decltype(auto) with_kind(K k, F&& f) {
-  switch (k) {
-    case K::row: return f(RowSharded{});
-    case K::col: return f(ColSharded{});
-    case K::partial: return f(Partial{});
-    default: return f(Replicated{});
-  }
-}
-template <class F>
-decltype(auto) with_bool(bool b, F&& f) {
-  return b ? f(std::true_type{}) : f(std::false_type{});
-}
+using testing::with_bool;
+using testing::with_layout;
 inline const char* kind_name(K k) {
   switch (k) {
     case K::row: return "Row";
@@ -107,8 +96,8 @@ class Program {
     const K k0 = kind(uni(0, 3));
     const Index r = dim(), c = dim();
     const auto s = fresh();
-    x_ = with_kind(k0, [&]<class L>(L) { return Var<T>(testing::make_operand<L, T>(g_, r, c, s)); });
-    X_ = with_kind(k0, [&]<class L>(L) { return testing::dense_of<L, T>(r, c, s, p_); });
+    x_ = with_layout(k0, [&]<class L>(L) { return Var<T>(testing::make_operand<L, T>(g_, r, c, s)); });
+    X_ = with_layout(k0, [&]<class L>(L) { return testing::dense_of<L, T>(r, c, s, p_); });
     log_ << "P=" << p_ << " " << type_name<T>() << " " << r << "x" << c << "[" << kind_name(k0) << "]";
     if (!check(out)) return out;
     const int steps = uni(1, max_steps_);
@@ -170,7 +159,7 @@ class Program {
     switch (op) {
       case 0: {
         const K to = kind(uni(0, 3));
-        apply([&](const auto& x) { return with_kind(to, [&]<class To>(To) { return Var<T>(redistribute<To>(x)); }); });
+        apply([&](const auto& x) { return with_layout(to, [&]<class To>(To) { return Var<T>(redistribute<To>(x)); }); });
         note(std::string("redistribute<") + kind_name(to) + ">");
         break;
       }
@@ -183,7 +172,7 @@ class Program {
           using L = typename std::remove_cvref_t<decltype(x)>::layout;
           return Var<T>(x + testing::make_operand<L, T>(g_, r, c, s));
         });
-        with_kind(k, [&]<class L>(L) { X_ += testing::dense_of<L, T>(r, c, s, p_); });
+        with_layout(k, [&]<class L>(L) { X_ += testing::dense_of<L, T>(r, c, s, p_); });
         note("add");
         break;
       }
@@ -196,7 +185,7 @@ class Program {
           using LB = std::conditional_t<std::is_same_v<L, Partial>, Replicated, L>;
           return Var<T>(hadamard(x, testing::make_operand<LB, T>(g_, r, c, s)));
         });
-        with_kind(kb, [&]<class L>(L) { X_ = X_.cwiseProduct(testing::dense_of<L, T>(r, c, s, p_)); });
+        with_layout(kb, [&]<class L>(L) { X_ = X_.cwiseProduct(testing::dense_of<L, T>(r, c, s, p_)); });
         note(std::string("hadamard(·, ") + kind_name(kb) + ")");
         break;
       }
@@ -316,13 +305,13 @@ class Program {
     const Index k = ta ? rows() : cols(), m = ta ? cols() : rows(), n = dim();
     const Index br = tb ? n : k, bc = tb ? k : n;
     const auto s = fresh();
-    const Mat<T> B = with_kind(kb, [&]<class L>(L) { return testing::dense_of<L, T>(br, bc, s, p_); });
+    const Mat<T> B = with_layout(kb, [&]<class L>(L) { return testing::dense_of<L, T>(br, bc, s, p_); });
     apply([&](const auto& x) -> Var<T> {
-      return with_kind(kb, [&]<class LB>(LB) -> Var<T> {
+      return with_layout(kb, [&]<class LB>(LB) -> Var<T> {
         const auto b = testing::make_operand<LB, T>(g_, br, bc, s);
         return with_bool(ta, [&]<class TA>(TA) -> Var<T> {
           if (to) {
-            return with_kind(*to, [&]<class To>(To) -> Var<T> {
+            return with_layout(*to, [&]<class To>(To) -> Var<T> {
               if constexpr (TA::value) return matmul<To>(transpose(x), b);
               else return matmul<To>(x, b);
             });

@@ -7,6 +7,7 @@
 #include <functional>
 #include <mutex>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "shardalg/shardalg.hpp"
@@ -97,6 +98,22 @@ double local_pairing(const shardalg::Sharded<T, LX>& x, const shardalg::Sharded<
 namespace testing {
 
 using AllLayouts = std::tuple<shardalg::Replicated, shardalg::RowSharded, shardalg::ColSharded, shardalg::Partial>;
+
+/// f(L{}) with the layout tag of a run-time kind (the random-program tests pick layouts at run time).
+template <class F>
+decltype(auto) with_layout(shardalg::LayoutKind k, F&& f) {
+  switch (k) {
+    case shardalg::LayoutKind::row: return f(shardalg::RowSharded{});
+    case shardalg::LayoutKind::col: return f(shardalg::ColSharded{});
+    case shardalg::LayoutKind::partial: return f(shardalg::Partial{});
+    default: return f(shardalg::Replicated{});
+  }
+}
+/// f(std::true_type{}) or f(std::false_type{}) for a run-time bool.
+template <class F>
+decltype(auto) with_bool(bool b, F&& f) {
+  return b ? f(std::true_type{}) : f(std::false_type{});
+}
 
 /// Call `f.template operator()<A, B>()` for every ordered pair of the four layouts.
 template <class F>

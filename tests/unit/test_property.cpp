@@ -14,19 +14,8 @@ namespace {
 
 using K = LayoutKind;
 
-template <class F>
-decltype(auto) with_layout(K k, F&& f) {
-  switch (k) {
-    case K::row: return f(RowSharded{});
-    case K::col: return f(ColSharded{});
-    case K::partial: return f(Partial{});
-    default: return f(Replicated{});
-  }
-}
-template <class F>
-decltype(auto) with_bool(bool b, F&& f) {
-  return b ? f(std::true_type{}) : f(std::false_type{});
-}
+using testing::with_bool;
+using testing::with_layout;
 
 struct Case {
   int op;            // 0 matmul, 1 redistribution, 2 elementwise
