@@ -28,6 +28,8 @@
 #include "shardalg/collective/split.hpp"
 #include "shardalg/collective/all_to_all.hpp"
 #include "shardalg/collective/conjugates.hpp"
+#include "shardalg/mesh/axis.hpp"
+#include "shardalg/mesh/mesh.hpp"
 #include "shardalg/plan/plan.hpp"
 #include "shardalg/plan/redistribute.hpp"
 #include "shardalg/plan/matmul.hpp"

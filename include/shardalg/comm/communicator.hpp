@@ -174,6 +174,18 @@ class Group {
   /// The communicator's kind ("ThreadComm", "SelfComm", …); "a communicator" when it does not
   /// say, "an empty Group" for an empty handle. A ledgered handle is named by what it decorates.
   [[nodiscard]] std::string name() const { return impl_ ? impl_->name() : std::string("an empty Group"); }
+  /// The mesh axis this handle is the group of ("dp", "tp", …; comm/ledger.hpp records it with
+  /// each collective), or "" for a whole world.
+  [[nodiscard]] std::string axis() const { return impl_ ? impl_->axis() : std::string(); }
+
+  /// MPI_Comm_split's contract, for any backend that can split (ThreadComm, MpiComm, SelfComm,
+  /// the simulated CUDA world): a collective over this group; the ranks passing one `color` form
+  /// a sub-group ranked by (`key`, rank here). `axis` names the sub-group (Group::axis). A
+  /// ledgered handle splits into ledgered handles on the same ledger. A communicator without
+  /// split() raises CommError naming it.
+  [[nodiscard]] Group split(int color, int key, std::string_view axis = {}) const {
+    return get("split").split(color, key, axis);
+  }
 
   friend bool same_group(const Group& a, const Group& b) {
     return a.impl_ && b.impl_ && a.impl_->key() == b.impl_->key() && a.size() == b.size();
@@ -244,6 +256,8 @@ class Group {
     virtual std::uintptr_t key() const = 0;
     virtual Ledger* ledger() = 0;
     virtual std::string name() const = 0;
+    virtual std::string axis() const = 0;
+    virtual Group split(int, int, std::string_view) = 0;
     virtual void all_reduce(void*, std::size_t, DType, ReduceOp, const CallInfo&) = 0;
     virtual void all_gather(const void*, void*, std::size_t, DType, const CallInfo&) = 0;
     virtual void reduce_scatter(const void*, void*, std::size_t, DType, ReduceOp, const CallInfo&) = 0;
@@ -272,6 +286,11 @@ class Group {
       if constexpr (requires { c.name(); }) return std::string(c.name());
       else return "a communicator";
     }
+    std::string axis() const override {
+      if constexpr (requires { c.axis(); }) return std::string(c.axis());
+      else return {};
+    }
+    Group split(int color, int key, std::string_view axis) override;
     void all_reduce(void* b, std::size_t n, DType t, ReduceOp op, const CallInfo& i) override {
       if constexpr (aware) c.all_reduce(b, n, t, op, i);
       else c.all_reduce(b, n, t, op);
@@ -328,5 +347,16 @@ class Group {
 };
 
 static_assert(Communicator<Group>);
+
+template <class C>
+Group Group::Model<C>::split(int color, int key, std::string_view axis) {
+  if constexpr (requires { c.split(color, key, axis); }) {
+    return Group(c.split(color, key, axis));  // a decorator that keeps the axis name (Ledgered)
+  } else if constexpr (requires { c.split(color, key); }) {
+    return Group(c.split(color, key));
+  } else {
+    throw CommError(detail::cat("Group::split: ", name(), " cannot split into sub-groups"));
+  }
+}
 
 }  // namespace shardalg

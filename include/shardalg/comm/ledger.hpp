@@ -42,6 +42,7 @@ struct LedgerEntry {
   // When it ran, in seconds since the ledger was made (start = end for an asynchronous start).
   double start_seconds = 0;
   double end_seconds = 0;
+  std::string axis = {};  // the mesh axis of the group ("dp", "tp", …), "" for a whole world
 };
 
 class Ledger {
@@ -66,11 +67,11 @@ class Ledger {
 
   /// Records a collective as it starts; returns its index (npos for verification traffic).
   std::size_t record(CollectiveKind kind, std::size_t elements, DType dtype, const CallInfo& info,
-                     int group_size) {
+                     int group_size, std::string_view axis = {}) {
     if (info.verification) return npos;
     const double t = now();
     entries_.push_back({kind, elements, elements * size_of(dtype), dtype, std::string(info.layout_in),
-                        std::string(info.layout_out), path_, group_size, t, t});
+                        std::string(info.layout_out), path_, group_size, t, t, std::string(axis)});
     const std::size_t k = entries_.size() - 1;
     if (explaining_) {
       if (open_.empty())  // a raw Group call: a line of its own
@@ -266,13 +267,23 @@ class GroupScope {
 template <Communicator C>
 class Ledgered {
  public:
-  Ledgered(C inner, Ledger& ledger) : inner_(std::move(inner)), ledger_(&ledger) {}
+  Ledgered(C inner, Ledger& ledger, std::string axis = {})
+      : inner_(std::move(inner)), ledger_(&ledger), axis_(std::move(axis)) {}
 
   int rank() const { return inner_.rank(); }
   int size() const { return inner_.size(); }
   std::uintptr_t key() const { return inner_.key(); }
   Ledger* ledger() const { return ledger_; }
   C& inner() { return inner_; }
+  /// The mesh axis this group is ("" for a whole world); each entry records it.
+  [[nodiscard]] const std::string& axis() const { return axis_; }
+  /// Split the decorated communicator; the sub-group records into the same ledger under `axis`.
+  template <class Self = C>
+    requires requires(Self& s) { s.split(0, 0); }
+  [[nodiscard]] auto split(int color, int key, std::string_view axis) {
+    using Sub = std::remove_cvref_t<decltype(inner_.split(color, key))>;
+    return Ledgered<Sub>(inner_.split(color, key), *ledger_, std::string(axis));
+  }
   /// Named by what it decorates: the ledger does not change the group.
   std::string name() const {
     if constexpr (requires { inner_.name(); }) return std::string(inner_.name());
@@ -280,38 +291,38 @@ class Ledgered {
   }
 
   void all_reduce(void* b, std::size_t n, DType t, ReduceOp op, const CallInfo& i = {}) {
-    const std::size_t k = ledger_->record(CollectiveKind::all_reduce, n, t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::all_reduce, n, t, i, size(), axis_);
     forward([&](auto& c, const auto&... info) { c.all_reduce(b, n, t, op, info...); }, i);
     ledger_->finish(k);
   }
   void all_gather(const void* s, void* r, std::size_t n, DType t, const CallInfo& i = {}) {
-    const std::size_t k = ledger_->record(CollectiveKind::all_gather, n * size(), t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::all_gather, n * size(), t, i, size(), axis_);
     forward([&](auto& c, const auto&... info) { c.all_gather(s, r, n, t, info...); }, i);
     ledger_->finish(k);
   }
   void reduce_scatter(const void* s, void* r, std::size_t n, DType t, ReduceOp op,
                       const CallInfo& i = {}) {
-    const std::size_t k = ledger_->record(CollectiveKind::reduce_scatter, n * size(), t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::reduce_scatter, n * size(), t, i, size(), axis_);
     forward([&](auto& c, const auto&... info) { c.reduce_scatter(s, r, n, t, op, info...); }, i);
     ledger_->finish(k);
   }
   void all_to_all(const void* s, void* r, std::size_t n, DType t, const CallInfo& i = {}) {
-    const std::size_t k = ledger_->record(CollectiveKind::all_to_all, n * size() * size(), t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::all_to_all, n * size() * size(), t, i, size(), axis_);
     forward([&](auto& c, const auto&... info) { c.all_to_all(s, r, n, t, info...); }, i);
     ledger_->finish(k);
   }
   void broadcast(void* b, std::size_t n, DType t, int root, const CallInfo& i = {}) {
-    const std::size_t k = ledger_->record(CollectiveKind::broadcast, n, t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::broadcast, n, t, i, size(), axis_);
     forward([&](auto& c, const auto&... info) { c.broadcast(b, n, t, root, info...); }, i);
     ledger_->finish(k);
   }
   void send(const void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) {
-    const std::size_t k = ledger_->record(CollectiveKind::send, n, t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::send, n, t, i, size(), axis_);
     forward([&](auto& c, const auto&... info) { c.send(b, n, t, peer, info...); }, i);
     ledger_->finish(k);
   }
   void recv(void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) {
-    const std::size_t k = ledger_->record(CollectiveKind::recv, n, t, i, size());
+    const std::size_t k = ledger_->record(CollectiveKind::recv, n, t, i, size(), axis_);
     forward([&](auto& c, const auto&... info) { c.recv(b, n, t, peer, info...); }, i);
     ledger_->finish(k);
   }
@@ -319,7 +330,7 @@ class Ledgered {
 
   /// Recorded as the all_reduce it is, when it starts.
   [[nodiscard]] Request iall_reduce(void* b, std::size_t n, DType t, ReduceOp op, const CallInfo& i = {}) {
-    ledger_->record(CollectiveKind::all_reduce, n, t, i, size());
+    ledger_->record(CollectiveKind::all_reduce, n, t, i, size(), axis_);
     if constexpr (requires { inner_.iall_reduce(b, n, t, op, i); }) {
       CallInfo j = i;
       if (j.scope.empty()) j.scope = ledger_->current_scope();
@@ -349,6 +360,7 @@ class Ledgered {
 
   C inner_;
   Ledger* ledger_;
+  std::string axis_;
 };
 
 /// Decorate a communicator (or a Group) with a ledger; the result is a Group.

@@ -24,6 +24,11 @@ class SelfComm {
   void send(const void*, std::size_t, DType, int peer) { no_peer(peer); }
   void recv(void*, std::size_t, DType, int peer) { no_peer(peer); }
   void barrier() {}
+  /// The group of one rank splits into itself.
+  [[nodiscard]] SelfComm split(int color, int) const {
+    if (color < 0) throw CommError(detail::cat("SelfComm::split: color ", color, " is negative"));
+    return {};
+  }
 
  private:
   static void copy(const void* s, void* r, std::size_t n, DType t) {

@@ -66,7 +66,9 @@ class ThreadWorld {
         n_(n),
         spin_(static_cast<unsigned>(n) <= std::thread::hardware_concurrency()),
         arrived_at_(n),
-        recv_from_(n, -1) {}
+        recv_from_(n, -1) {
+    split_slot_.resize(static_cast<std::size_t>(n));
+  }
 
   int size() const { return n_; }
 
@@ -113,9 +115,29 @@ class ThreadWorld {
   }
 
   void abort() {
-    std::lock_guard lk(m_);
-    abort_locked();
+    std::vector<std::weak_ptr<ThreadWorld>> children;
+    {
+      std::lock_guard lk(m_);
+      abort_locked();
+      children = children_;
+    }
+    for (auto& c : children)  // a mesh's sub-worlds: their waiters are released too
+      if (auto w = c.lock()) w->abort();
   }
+
+  /// A sub-world made by ThreadComm::split: aborting this world aborts it (and it starts aborted
+  /// when this one already is).
+  void adopt(const std::shared_ptr<ThreadWorld>& child) {
+    bool aborted = false;
+    {
+      std::lock_guard lk(m_);
+      children_.push_back(child);
+      aborted = aborted_;
+    }
+    if (aborted) child->abort();
+  }
+  // split(): the sub-world a color's leader made, read by the color's other ranks.
+  std::vector<std::shared_ptr<ThreadWorld>> split_slot_;
 
   // Published pointers of the collective in flight (one slot per rank), with its kind and the
   // size in bytes of one block (the structural check).
@@ -204,6 +226,7 @@ class ThreadWorld {
   std::vector<std::uint64_t> arrived_at_;  // generation + 1 of the barrier rank r last entered
   std::vector<int> recv_from_;             // the peer rank r waits on in a watched recv, or −1
   std::map<std::pair<int, int>, std::deque<std::vector<char>>> mail_;
+  std::vector<std::weak_ptr<ThreadWorld>> children_;
 };
 
 /// acc[i] := acc[i] ∘ x[i], one loop per operation so that each vectorises.
@@ -314,6 +337,34 @@ class ThreadComm {
     publish(buf, buf, n, t, info, detail::CheckedOp::broadcast, ReduceOp::sum, root);
     if (rank_ != root) std::memcpy(buf, w_->send_[root], n * size_of(t));
     w_->barrier(rank_);
+  }
+
+  /// MPI_Comm_split's contract on threads: a collective over this world; the ranks that pass the
+  /// same `color` form a sub-world, ranked by (`key`, rank here). Every rank gets its handle in
+  /// it; the sub-world is aborted with this one (so a failing rank never leaves a mesh axis
+  /// waiting). A negative color is an error (there is no MPI_UNDEFINED here).
+  [[nodiscard]] ThreadComm split(int color, int key) {
+    if (color < 0) throw CommError(detail::cat("ThreadComm::split: color ", color, " is negative"));
+    std::vector<std::int64_t> mine{color, key}, all(2 * static_cast<std::size_t>(size()));
+    all_gather(mine.data(), all.data(), 2, DType::i64, CallInfo{"-", "-", true});
+    int leader = -1, sub_size = 0, sub_rank = 0;
+    for (int r = 0; r < size(); ++r) {
+      if (all[2 * r] != color) continue;
+      if (leader < 0) leader = r;
+      ++sub_size;
+      const std::int64_t k = all[2 * r + 1];
+      if (k < key || (k == key && r < rank_)) ++sub_rank;
+    }
+    if (leader == rank_) {
+      auto sub = std::make_shared<detail::ThreadWorld>(sub_size);
+      w_->adopt(sub);
+      w_->split_slot_[rank_] = std::move(sub);
+    }
+    w_->barrier(rank_);
+    ThreadComm out(w_->split_slot_[leader], sub_rank);
+    w_->barrier(rank_);  // every rank has its copy before a later split reuses the slots
+    if (leader == rank_) w_->split_slot_[rank_].reset();
+    return out;
   }
 
   void send(const void* buf, std::size_t n, DType t, int peer, const CallInfo& = {}) {
