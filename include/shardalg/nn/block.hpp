@@ -110,6 +110,11 @@ class BlockParts {
   Attn& attention() { return attn_; }
   Norm& ln2() { return ln2_; }
   MlpT& mlp() { return mlp_; }
+  /// The global row of this rank's first token (data parallelism: the replica's offset).
+  void set_dropout_row_base(Index base) {
+    drop_attn_.row_base = base;
+    drop_mlp_.row_base = base;
+  }
   /// The dropout masks' seed (vary it per step: a mask is a function of (seed, tensor, index)).
   void set_dropout_seed(std::uint64_t seed) {
     cfg_.dropout_seed = seed;

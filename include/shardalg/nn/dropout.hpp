@@ -21,6 +21,9 @@ struct Dropout {
   double p = 0.0;
   std::uint64_t seed = 0;
   std::uint64_t tensor = tensor_id(0, TensorKind::dropout);
+  /// Added to every global row index: a data-parallel replica's first token in the global batch,
+  /// so the masks of DP replicas are the rows of the one-replica mask (nn/data_parallel.hpp).
+  Index row_base = 0;
 
   Dropout(double prob, std::uint64_t s, std::uint64_t t) : p(prob), seed(s), tensor(t) {
     if (!(p >= 0.0 && p < 1.0))
@@ -40,7 +43,7 @@ struct Dropout {
   template <class T, class L, class B>
   Sharded<T, L, B> apply(const Sharded<T, L, B>& x) const {
     if (p == 0.0) return x;
-    return Sharded<T, L, B>(Kernels<B>::dropout(x.local(), p, seed, tensor, x.row_offset(), x.col_offset()), x.rows(),
+    return Sharded<T, L, B>(Kernels<B>::dropout(x.local(), p, seed, tensor, row_base + x.row_offset(), x.col_offset()), x.rows(),
                             x.cols(), x.group());
   }
 };

@@ -183,6 +183,21 @@ class Gpt {
   }
   [[nodiscard]] bool checking_finite() const { return check_finite_; }
   void set_steps(long s) { step_ = s; }
+  /// Data parallelism (nn/data_parallel.hpp): this replica's batch starts at global token `t0`
+  /// of the whole batch, so its dropout masks are those rows of the one-replica masks.
+  void set_token_offset(Index t0) {
+    drop_emb_.row_base = t0;
+    for (auto& b : plain_) b.set_dropout_row_base(t0);
+    for (auto& b : sp_) b.set_dropout_row_base(t0);
+  }
+  /// For an optimizer step applied outside step() (the data-parallel one): drop the gradients,
+  /// and count the step as taken (keys the next dropout masks) or as skipped (a non-finite norm).
+  void end_step(bool applied) {
+    grads_.reset();
+    last_skipped_ = !applied;
+    if (applied) ++step_;
+    else ++skipped_;
+  }
   /// The dropout seed of the current step: a function of (seed, step) only.
   [[nodiscard]] std::uint64_t dropout_seed() const {
     return cfg_.seed ^ (0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(step_ + 1));

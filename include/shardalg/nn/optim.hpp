@@ -90,14 +90,19 @@ struct OptimKernels<CpuBackend> {
   /// p := p − lr(m/(1−β1ᵗ) / (√(v/(1−β2ᵗ)) + ε) + λp).
   template <class T>
   static void adam(M<T>& p, const M<T>& g, M<T>& m, M<T>& v, T scale, T lr, T b1, T b2, T eps, T wd, T c1, T c2) {
-    for (Index i = 0; i < p.size(); ++i) {
-      const T gi = scale * g.data()[i];
-      T& mi = m.data()[i];
-      T& vi = v.data()[i];
+    adam_n(p.data(), g.data(), m.data(), v.data(), p.size(), scale, lr, b1, b2, eps, wd, c1, c2);
+  }
+  /// The same on n contiguous elements (the sharded optimizer updates a slice of a flat bucket).
+  template <class T>
+  static void adam_n(T* p, const T* g, T* m, T* v, Index n, T scale, T lr, T b1, T b2, T eps, T wd, T c1, T c2) {
+    for (Index i = 0; i < n; ++i) {
+      const T gi = scale * g[i];
+      T& mi = m[i];
+      T& vi = v[i];
       mi = b1 * mi + (T(1) - b1) * gi;
       vi = b2 * vi + (T(1) - b2) * gi * gi;
       const T mhat = mi / c1, vhat = vi / c2;
-      p.data()[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * p.data()[i]);
+      p[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * p[i]);
     }
   }
 };

@@ -1,0 +1,245 @@
+// Data parallelism in the types (issue 13) on threads: DP × TP meshes train like one rank on the
+// whole batch; the sharded optimizer (ZeRO-1) updates like Adam and holds 1/dp of its state; the
+// DP collectives in the ledger, by axis; checkpoints across meshes; bad input.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <mutex>
+
+#include "dp_cases.hpp"
+
+using namespace shardalg;
+using dp_cases::Opt;
+
+namespace {
+/// Run `steps` on a dp × tp thread mesh; rank 0's curve (every rank computes the same loss).
+std::vector<double> mesh_curve(int d, int t, const nn::GptConfig& c, int steps, Opt which,
+                               std::size_t bucket = std::size_t{1} << 16, double clip = 1.0) {
+  std::vector<double> out;
+  std::mutex m;
+  run_ranks(d * t, [&](ThreadComm& comm) {
+    Mesh mesh(comm, {{"dp", d}, {"tp", t}});
+    auto curve = dp_cases::train(c, mesh, steps, which, bucket, clip);
+    if (comm.rank() == 0) {
+      std::lock_guard lk(m);
+      out = curve;
+    }
+  });
+  return out;
+}
+}  // namespace
+
+TEST_CASE("data parallel: DP x TP meshes train like one rank on the whole batch (25 steps, <= 1e-12)") {
+  for (bool sp : {false, true}) {
+    const auto c = dp_cases::config(sp);
+    const auto ref = dp_cases::reference(c, 25);
+    struct Shape {
+      int d, t;
+    };
+    for (Shape s : {Shape{2, 2}, Shape{2, 1}, Shape{4, 1}, Shape{1, 2}}) {
+      for (Opt which : {Opt::adam, Opt::sharded_adam}) {
+        CAPTURE(sp);
+        CAPTURE(s.d);
+        CAPTURE(s.t);
+        CAPTURE(static_cast<int>(which));
+        const auto got = mesh_curve(s.d, s.t, c, 25, which);
+        REQUIRE(got.size() == 25);
+        const double diff = gt::curve_diff(got, ref);
+        CHECK(diff <= 1e-12);
+        CHECK(got.back() < got.front());  // it trains
+        if (s.d == 2 && s.t == 2 && !sp) MESSAGE("DP=2 x TP=2 against one rank, largest relative difference per step: ", diff);
+      }
+    }
+  }
+}
+
+TEST_CASE("data parallel: the sharded optimizer updates bitwise like Adam (no clipping), and with clipping <= 1e-12") {
+  const auto c = dp_cases::config(false);
+  nn::Masters plain, zero;
+  std::vector<double> lp, lz;
+  run_ranks(4, [&](ThreadComm& comm) {
+    Mesh mesh(comm, {{"dp", 2}, {"tp", 2}});
+    nn::Masters a, z;
+    auto la = dp_cases::train(c, mesh, 6, Opt::adam, 4096, 0.0, &a);
+    auto lzz = dp_cases::train(c, mesh, 6, Opt::sharded_adam, 4096, 0.0, &z);
+    if (comm.rank() == 0) {
+      plain = std::move(a);
+      zero = std::move(z);
+      lp = la;
+      lz = lzz;
+    }
+  });
+  CHECK(lp == lz);  // bitwise: the same reduced gradients, the same kernel per element
+  REQUIRE(plain.size() == zero.size());
+  for (const auto& entry : plain) {
+    CAPTURE(entry.first);
+    CHECK(zero.at(entry.first) == entry.second);
+  }
+  const auto ref = dp_cases::reference(c, 6, 0.0);
+  CHECK(gt::curve_diff(lz, ref) <= 1e-12);
+}
+
+TEST_CASE("data parallel: the DP collectives in the ledger, by axis, beside their analytic count") {
+  const auto c = dp_cases::config(false);
+  for (std::size_t bucket : {std::size_t{0}, std::size_t{1} << 30}) {
+    for (Opt which : {Opt::adam, Opt::sharded_adam}) {
+      CAPTURE(bucket);
+      CAPTURE(static_cast<int>(which));
+      run_ranks(4, [&](ThreadComm& comm) {
+        Ledger led;
+        Mesh mesh(ledgered(comm, led), {{"dp", 2}, {"tp", 2}});
+        auto model = nn::DataParallelGpt<double>::init(c, mesh, {bucket});
+        // The analytic count, from the parameters themselves: P tensors, Ψ local values.
+        std::size_t params = 0;
+        Index psi = 0, psi_padded = 0;
+        model.replica().visit_params([&](const nn::ParamInfo&, const nn::TensorMap&, auto& w) {
+          ++params;
+          psi += w.local().size();
+          psi_padded += (w.local().size() + 1) / 2 * 2;
+        });
+        const auto [x, y] = gt::batch_at(c, gt::kText, 0);
+        model.forward_backward(x, y);
+        nn::Adam<double> adam(gt::adam_options());
+        nn::ShardedAdam<double> zero(gt::adam_options());
+        const std::size_t before = led.select().size();
+        if (which == Opt::adam) model.step(adam, 1.0);
+        else model.step(zero, 1.0);
+        std::map<std::string, std::size_t> count;
+        std::map<std::string, Index> elements;
+        for (const auto& e : led.select()) {
+          CHECK((e.axis == "dp" || e.axis == "tp"));  // every collective names its axis
+          CHECK(e.group_size == 2);
+        }
+        const auto all = led.select();
+        for (std::size_t i = before; i < all.size(); ++i) {
+          const auto& e = all[i];
+          const std::string k = std::string(to_string(e.kind)) + "@" + e.axis;
+          ++count[k];
+          elements[k] += static_cast<Index>(e.elements);
+        }
+        const std::size_t buckets = bucket == 0 ? params : 1;
+        if (which == Opt::adam) {
+          CHECK(count["all_reduce@dp"] == buckets);  // one per bucket
+          CHECK(elements["all_reduce@dp"] == psi);
+          CHECK(count["reduce_scatter@dp"] == 0);
+          CHECK(count["all_reduce@tp"] == 1);  // the norm, as Gpt::step
+        } else {
+          CHECK(count["reduce_scatter@dp"] == buckets);
+          CHECK(count["all_gather@dp"] == buckets);
+          CHECK(elements["reduce_scatter@dp"] == (bucket == 0 ? psi_padded : (psi + 1) / 2 * 2));
+          CHECK(elements["all_gather@dp"] == elements["reduce_scatter@dp"]);
+          CHECK(count["all_reduce@dp"] == 1);  // the norm's two values
+          CHECK(elements["all_reduce@dp"] == 2);
+          CHECK(count["all_reduce@tp"] == 1);
+        }
+        CHECK(led.count(CollectiveKind::all_reduce, "dp.loss") == 1);  // the loss, in forward_backward
+      });
+    }
+  }
+}
+
+TEST_CASE("data parallel: the sharded optimizer's state per rank, measured, is the formula 2·Ψ·8/dp bytes") {
+  const auto c = dp_cases::config(false);
+  for (int d : {2, 4}) {
+    run_ranks(d, [&](ThreadComm& comm) {
+      Mesh mesh(comm, {{"dp", d}, {"tp", 1}});
+      auto model = nn::DataParallelGpt<double>::init(c, mesh, {std::size_t{1} << 30});  // one bucket
+      Index psi = 0;
+      model.replica().visit_params([&](const nn::ParamInfo&, const nn::TensorMap&, auto& w) { psi += w.local().size(); });
+      const auto [x, y] = gt::batch_at(c, gt::kText, 0);
+      nn::Adam<double> adam(gt::adam_options());
+      nn::ShardedAdam<double> zero(gt::adam_options());
+      model.forward_backward(x, y);
+      model.step(adam, 1.0);
+      model.forward_backward(x, y);
+      model.step(zero, 1.0);
+      std::size_t adam_bytes = 0;
+      for (const auto& [n, mo] : adam.state()) adam_bytes += static_cast<std::size_t>(mo.m.size() + mo.v.size()) * sizeof(double);
+      const std::size_t formula = 2 * sizeof(double) * static_cast<std::size_t>((psi + d - 1) / d);
+      CHECK(adam_bytes == 2 * sizeof(double) * static_cast<std::size_t>(psi));
+      CHECK(zero.state_bytes() == formula);
+      if (comm.rank() == 0)
+        MESSAGE("dp=", d, ": Ψ=", psi, " values; Adam state ", adam_bytes, " bytes per rank; ZeRO-1 state ",
+                zero.state_bytes(), " bytes per rank (formula 2·8·⌈Ψ/dp⌉ = ", formula, ")");
+    });
+  }
+}
+
+TEST_CASE("data parallel: a checkpoint written at one mesh loads at another and training continues the same") {
+  const auto c = dp_cases::config(false);
+  const auto ref = dp_cases::reference(c, 8);
+  // 4 steps at DP=2 × TP=2 with the sharded optimizer, then the state as logical masters.
+  nn::Masters weights, moments;
+  run_ranks(4, [&](ThreadComm& comm) {
+    Mesh mesh(comm, {{"dp", 2}, {"tp", 2}});
+    auto model = nn::DataParallelGpt<double>::init(c, mesh);
+    nn::ShardedAdam<double> zero(gt::adam_options());
+    for (int s = 0; s < 4; ++s) {
+      const auto [x, y] = gt::batch_at(c, gt::kText, s);
+      model.forward_backward(x, y);
+      model.step(zero, 1.0);
+    }
+    auto w = model.masters();
+    auto m = model.optimizer_masters(zero);
+    if (comm.rank() == 0) {
+      weights = std::move(w);
+      moments = std::move(m);
+    }
+  });
+  // Resume at DP=1 × TP=4 (Adam), DP=4 × TP=1 (sharded) and DP=2 × TP=1 (sharded): steps 5–8.
+  struct Shape {
+    int d, t;
+    bool sharded;
+  };
+  for (Shape s : {Shape{1, 4, false}, Shape{4, 1, true}, Shape{2, 1, true}}) {
+    CAPTURE(s.d);
+    CAPTURE(s.t);
+    std::vector<double> got;
+    run_ranks(s.d * s.t, [&](ThreadComm& comm) {
+      Mesh mesh(comm, {{"dp", s.d}, {"tp", s.t}});
+      auto model = nn::DataParallelGpt<double>::init(c, mesh);
+      model.load(weights);
+      model.replica().set_steps(4);
+      nn::Adam<double> adam(gt::adam_options());
+      nn::ShardedAdam<double> zero(gt::adam_options());
+      if (s.sharded) model.load_optimizer(zero, moments);
+      else model.load_optimizer(adam, moments);
+      adam.set_step_count(4);
+      zero.set_step_count(4);
+      std::vector<double> l;
+      for (int k = 4; k < 8; ++k) {
+        const auto [x, y] = gt::batch_at(c, gt::kText, k);
+        l.push_back(model.forward_backward(x, y));
+        if (s.sharded) model.step(zero, 1.0);
+        else model.step(adam, 1.0);
+      }
+      if (comm.rank() == 0) got = l;
+    });
+    REQUIRE(got.size() == 4);
+    CHECK(gt::curve_diff(got, std::vector<double>(ref.begin() + 4, ref.end())) <= 1e-12);
+  }
+}
+
+TEST_CASE("data parallel: bad input is an error naming the values") {
+  auto c = dp_cases::config(false);
+  run_ranks(4, [&](ThreadComm& comm) {
+    Mesh flat(comm, {{"ep", 4}});
+    CHECK_THROWS_WITH_AS(nn::DataParallelGpt<double>::init(c, flat),
+                         "DataParallelGpt: the mesh ep=4 needs the axes dp and tp", MeshError);
+    Mesh three(comm, {{"dp", 2}, {"pp", 2}, {"tp", 1}});
+    CHECK_THROWS_WITH_AS(nn::DataParallelGpt<double>::init(c, three),
+                         "DataParallelGpt: axis pp of size 2 is not supported (only dp and tp)", MeshError);
+    Mesh mesh(comm, {{"dp", 4}, {"tp", 1}});
+    auto odd = c;
+    odd.batch = 6;
+    CHECK_THROWS_WITH_AS(nn::DataParallelGpt<double>::init(odd, mesh),
+                         "DataParallelGpt: batch 6 is not divisible by the dp size 4", DivisibilityError);
+    auto model = nn::DataParallelGpt<double>::init(c, mesh);
+    nn::Adam<double> adam;
+    CHECK_THROWS_WITH_AS(model.step(adam), "DataParallelGpt: step() without gradients; call forward_backward first",
+                         ShapeError);
+    const std::vector<std::int64_t> few(10, 1);
+    CHECK_THROWS_WITH_AS(model.forward_backward(few, few),
+                         "DataParallelGpt: 10 tokens and 10 targets for a global batch of 4 × 16 = 64", ShapeError);
+  });
+}
