@@ -93,12 +93,12 @@ class DataParallelGpt {
     return run(tokens, targets, false);
   }
 
-  /// Reduce the gradients over dp (one all_reduce per bucket), clip by the global norm, update
-  /// with `opt` (Adam, Sgd) on every replica. Returns the norm before clipping; a non-finite norm
-  /// skips the step (Gpt::step's rule).
-  template <class Opt>
-  double step(Opt& opt, double max_grad_norm = 0.0) {
+  /// All-reduce the gradients over dp, one all_reduce per bucket, and write the results back into
+  /// the replica's gradients: G[dp:Partial, tp:L] → all_reduce<dp> → G[dp:R, tp:L] → view<tp>.
+  /// step() does this itself; call it first to inspect the reduced gradients (grad_masters).
+  void reduce_gradients() {
     require_grads();
+    if (reduced_) return;
     ensure_plan();
     const Group& dpg = mesh_.group("dp");
     std::vector<Mat> reduced(plan_.buckets());
@@ -117,29 +117,31 @@ class DataParallelGpt {
         }
       });
     }
-    // G[dp:R, tp:L] of each parameter, from its bucket.
-    const auto reduced_grad = [&](const BucketSlot& s, const auto& g) {
+    k = 0;
+    model_.visit_grads([&](const ParamInfo&, auto&, auto& g) {
       using G = std::remove_cvref_t<decltype(g)>;
+      const auto& s = plan_.slots[k++];
       typename G::local_type local(s.rows, s.cols);
       unpack(reduced[s.bucket], s, local);
-      return stack<dp, Replicated>(dpg, lift<tp>(G(std::move(local), g.rows(), g.cols(), g.group())));
-    };
-    GradNorm gn;
-    k = 0;
-    model_.visit([&](const ParamInfo& info, auto&, const auto& g) { gn.add(info, view<tp>(reduced_grad(plan_.slots[k++], g))); });
-    const double norm = gn.finish();
-    if (!std::isfinite(norm)) {
-      model_.end_step(false);
-      return norm;
-    }
-    const double scale = clip_factor(norm, max_grad_norm);
-    opt.begin_step();
-    k = 0;
-    model_.visit([&](const ParamInfo& info, auto& w, const auto& g) {
-      nn::update(opt, info, w, reduced_grad(plan_.slots[k++], g), scale);
+      auto whole = stack<dp, Replicated>(dpg, lift<tp>(G(std::move(local), g.rows(), g.cols(), g.group())));
+      g = view<tp>(std::move(whole));  // only a G[dp:R] views onto tp (E164 for G[dp:Partial])
     });
-    model_.end_step(true);
-    return norm;
+    reduced_ = true;
+  }
+  /// The gradients reduced over dp, as logical tensors (gathers over tp): the whole batch's.
+  Masters grad_masters() {
+    reduce_gradients();
+    return model_.grad_masters();
+  }
+
+  /// Reduce the gradients over dp (reduce_gradients), then clip by the global norm and update with
+  /// `opt` (Adam, Sgd) on every replica: Gpt::step on the reduced gradients. Returns the norm
+  /// before clipping; a non-finite norm skips the step.
+  template <class Opt>
+  double step(Opt& opt, double max_grad_norm = 0.0) {
+    reduce_gradients();
+    reduced_ = false;
+    return model_.step(opt, max_grad_norm);
   }
 
   /// ZeRO-1: per bucket, reduce_scatter<dp> the gradients, update this rank's slice with Adam
@@ -150,6 +152,9 @@ class DataParallelGpt {
     const Group& dpg = mesh_.group("dp");
     const int d = dpg.size(), r = dpg.rank();
     if (!opt.bound()) opt.bind(plan_, d, r);
+    if (reduced_)
+      throw ShapeError("DataParallelGpt: the gradients are already all-reduced (reduce_gradients); the sharded "
+                       "optimizer reduce-scatters them itself: step it before reducing");
     std::vector<Mat> flat, gslice(plan_.buckets());
     for (Index n : plan_.padded) flat.push_back(Mat::Zero(1, n));  // zeros in the padding
     std::size_t k = 0;
@@ -257,6 +262,7 @@ class DataParallelGpt {
     }
     weight_ = all > 0 ? static_cast<T>(mine) / static_cast<T>(all) : T(0);
     model_.set_token_offset(t0);
+    if (backward) reduced_ = false;
     const auto tk = tokens.subspan(static_cast<std::size_t>(t0), static_cast<std::size_t>(per));
     const auto tg = targets.subspan(static_cast<std::size_t>(t0), static_cast<std::size_t>(per));
     T l = backward ? model_.forward_backward(tk, tg) : model_.loss(tk, tg);
@@ -336,6 +342,7 @@ class DataParallelGpt {
   Options opt_;
   BucketPlan plan_;
   T weight_ = T(1);
+  bool reduced_ = false;  // the replica's gradients hold G[dp:R] (reduce_gradients)
 };
 
 }  // namespace shardalg::nn

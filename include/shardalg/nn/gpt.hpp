@@ -259,6 +259,16 @@ class Gpt {
     return norm;
   }
 
+  /// f(info, parameter, gradient&) with the gradient mutable (data parallelism writes the reduced
+  /// gradient back: nn/data_parallel.hpp). Needs gradients.
+  template <class F>
+  void visit_grads(F&& f) {
+    if (!grads_) throw ShapeError("Gpt: visit_grads() without gradients; call forward_backward first");
+    visit_all(&*grads_, [&](const ParamInfo& i, const TensorMap&, auto& w, const auto* g) {
+      using G = std::remove_cvref_t<decltype(*g)>;
+      f(i, w, const_cast<G&>(*g));  // grads_ is this object's own, non-const storage
+    });
+  }
   /// f(info, parameter, gradient) for every parameter (needs gradients).
   template <class F>
   void visit(F&& f) {
