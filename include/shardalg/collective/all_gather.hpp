@@ -1,6 +1,10 @@
-// shardalg/collective/all_gather.hpp — X[Row] (or X[C]) → X[R]: every rank gets every block.
-// Ring traffic per rank: (P−1)/P · V. Adjoint: reduce_scatter of a Partial cotangent, or split
-// of a Replicated one.
+// shardalg/collective/all_gather.hpp — X[Row] (or X[C]) → X[R] (or X[I]): every rank gets every
+// block. Ring traffic per rank: (P−1)/P · V.
+//
+//   all_gather(x)              V → R   backward: reduce_scatter Partial → V   (cot(R) = Partial)
+//   all_gather<Invariant>(x)   V → I   backward: split I → V (free)           (SP's gather whose
+//                                                    output feeds only redundant work)
+// The layers' R convention (an R cotangent read as whole) takes split, as for I.
 #pragma once
 
 #include "shardalg/collective/split.hpp"
@@ -26,18 +30,18 @@ typename B::template matrix<T> gather_local(const Sharded<T, L, B>& x, Group& g,
 }
 }  // namespace detail
 
-/// Row or C → R.
-template <class T, class L, class B>
+/// Row or C → To (R by default, or I).
+template <WholeLayout To = Replicated, class T, class L, class B>
 auto all_gather(const Sharded<T, L, B>& x) {
   if constexpr (!SplitLayout<L>) {
     return diagnose<Diag::all_gather_input, L>();
   } else {
     detail::check_operand(x.group(), "all_gather");
     auto e = explain_op(x.group(), "all_gather", dtype_of<T>,
-                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), LayoutKind::replicated)); });
+                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), To::kind)); });
     Group g = x.group();
-    auto out = detail::gather_local(x, g, CallInfo{L::notation, "R"});
-    return Sharded<T, Replicated, B>(std::move(out), x.rows(), x.cols(), std::move(g));
+    auto out = detail::gather_local(x, g, CallInfo{L::notation, To::notation});
+    return Sharded<T, To, B>(std::move(out), x.rows(), x.cols(), std::move(g));
   }
 }
 
@@ -46,8 +50,9 @@ template <SplitLayout To, class T, class L, class B>
 auto reduce_scatter(const Sharded<T, L, B>& x);
 
 namespace adjoint {
-/// Backward of all_gather (forward input layout From): a Partial cotangent is reduce-scattered
-/// back to From; a Replicated one is split (free).
+/// Backward of all_gather (forward input layout From): a Partial cotangent (of an R output) is
+/// reduce-scattered back to From; an I cotangent (of an I output), or an R one in the layers'
+/// convention, is split (free).
 template <SplitLayout From, class T, class L, class B>
 auto all_gather(const Sharded<T, L, B>& dy) {
   if constexpr (std::is_same_v<L, Partial>) return shardalg::reduce_scatter<From>(dy);

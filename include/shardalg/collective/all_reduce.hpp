@@ -1,5 +1,13 @@
-// shardalg/collective/all_reduce.hpp — Z[Partial] → Z[R]: every rank gets Σ_r Z_r.
-// Ring traffic per rank: 2(P−1)/P · V.  Adjoint: identity (an R cotangent goes to every summand).
+// shardalg/collective/all_reduce.hpp — Z[Partial] → Z[R] (or Z[I]): every rank gets Σ_r Z_r.
+// Ring traffic per rank: 2(P−1)/P · V.
+//
+//   all_reduce(z)              Partial → R   backward: all_reduce Partial → R   (cot(R) = Partial)
+//   all_reduce<Invariant>(z)   Partial → I   backward: identity I → R           (Megatron's g)
+//
+// The hand-written layers read an R-typed cotangent as whole on every rank (the I convention):
+// adjoint::all_reduce(dy[R]) is the identity, as g's. With I in the types the two cases are
+// distinct: adjoint::all_reduce(dy[I]) → R (identity), adjoint::all_reduce(dy[Partial]) → R
+// (one all_reduce).
 #pragma once
 
 #include "shardalg/core/explain.hpp"
@@ -7,20 +15,21 @@
 
 namespace shardalg {
 
-/// Partial → R, in place on the moved-in block: `all_reduce(std::move(z))` copies nothing.
-template <class T, class L, class B>
+/// Partial → To (R by default, or I), in place on the moved-in block: `all_reduce(std::move(z))`
+/// copies nothing.
+template <WholeLayout To = Replicated, class T, class L, class B>
 auto all_reduce(Sharded<T, L, B> x) {
   if constexpr (!std::is_same_v<L, Partial>) {
     return diagnose<Diag::all_reduce_input, L>();
   } else {
     detail::check_operand(x.group(), "all_reduce");
     auto e = explain_op(x.group(), "all_reduce", dtype_of<T>,
-                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), LayoutKind::replicated)); });
+                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), To::kind)); });
     const Index r = x.rows(), c = x.cols();
     Group g = x.group();
     auto local = std::move(x).local();
-    g.all_reduce(local.data(), static_cast<std::size_t>(local.size()), ReduceOp::sum, CallInfo{"Partial", "R"});
-    return Sharded<T, Replicated, B>(std::move(local), r, c, std::move(g));
+    g.all_reduce(local.data(), static_cast<std::size_t>(local.size()), ReduceOp::sum, CallInfo{"Partial", To::notation});
+    return Sharded<T, To, B>(std::move(local), r, c, std::move(g));
   }
 }
 
@@ -71,10 +80,25 @@ auto all_reduce_start(Sharded<T, L, B> x) {
 }
 
 namespace adjoint {
-/// Backward of all_reduce: dZ[R] → dZ_r[R] for every summand, no communication.
+/// Backward of all_reduce with a whole cotangent (the layers' R convention): dZ[R] → dZ_r[R] for
+/// every summand, no communication.
 template <class T, class B>
 Sharded<T, Replicated, B> all_reduce(Sharded<T, Replicated, B> dy) {
   return dy;
+}
+/// Backward of all_reduce<Invariant> (g): dZ[I] → dZ[R], the identity: every summand's gradient is
+/// the whole gradient, which every rank holds.
+template <class T, class B>
+Sharded<T, Replicated, B> all_reduce(Sharded<T, Invariant, B> dy) {
+  const Index r = dy.rows(), c = dy.cols();
+  Group g = dy.group();
+  return Sharded<T, Replicated, B>(std::move(dy).local(), r, c, std::move(g));
+}
+/// Backward of all_reduce → R whose output fed per-rank work: its cotangent is Partial
+/// (cot(R) = Partial), and every summand's gradient is the sum: one all_reduce → dZ[R].
+template <class T, class B>
+Sharded<T, Replicated, B> all_reduce(Sharded<T, Partial, B> dy) {
+  return shardalg::all_reduce(std::move(dy));
 }
 }  // namespace adjoint
 

@@ -1,47 +1,59 @@
 // shardalg/collective/conjugates.hpp — Megatron's conjugate pair at the edges of a
-// tensor-parallel region:
+// tensor-parallel region, as conversions between the invariant world and the per-rank one:
 //
-//   f = copy_to     X[R] → X[R]           forward: identity    backward: all_reduce(dX[Partial])
-//   g = reduce_from Z[Partial] → Z[R]     forward: all_reduce  backward: identity
+//   f = copy_to      X[I] → X[R]         forward: identity    backward: all_reduce dX[Partial] → dX[I]
+//   g = reduce_from  Z[Partial] → Z[I]   forward: all_reduce  backward: identity dZ[I] → dZ[R]
+//     (reduce_from<Invariant>(z) = all_reduce<Invariant>(z))
 //
 // In a column-parallel → row-parallel pair, f stands before the first matmul and g after the
-// second: one all-reduce forward (g), one backward (f's adjoint).
+// second: one all-reduce forward (g), one backward (f's adjoint). The hand-written layers keep
+// the residual stream typed R and read its cotangent as whole (the I convention): for them
+// copy_to is R → R and reduce_from returns R, as before.
 #pragma once
 
 #include "shardalg/collective/all_reduce.hpp"
 
 namespace shardalg {
 
-/// f: enter a tensor-parallel region. Identity forward (no communication).
+/// f: enter a tensor-parallel region. Identity forward (no communication): X[I] → X[R] (and
+/// X[R] → X[R] for the layers' R convention).
 template <class T, class L, class B>
 auto copy_to(Sharded<T, L, B> x) {
-  if constexpr (!std::is_same_v<L, Replicated>) {
+  if constexpr (!WholeLayout<L>) {
     return diagnose<Diag::copy_to_input, L>();
   } else {
-    return x;
+    const Index r = x.rows(), c = x.cols();
+    Group g = x.group();
+    return Sharded<T, Replicated, B>(std::move(x).local(), r, c, std::move(g));
   }
 }
 
-/// g: leave a tensor-parallel region. All-reduce forward.
-template <class T, class L, class B>
+/// g: leave a tensor-parallel region. All-reduce forward: Z[Partial] → Z[To], To = R (the
+/// layers' convention) or I.
+template <WholeLayout To = Replicated, class T, class L, class B>
 auto reduce_from(Sharded<T, L, B> z) {
   if constexpr (!std::is_same_v<L, Partial>) {
     return diagnose<Diag::reduce_from_input, L>();
   } else {
-    return all_reduce(std::move(z));
+    return all_reduce<To>(std::move(z));
   }
 }
 
 namespace adjoint {
-/// Backward of f: the cotangent of X is Partial (X fed sharded matmuls); all_reduce it.
-template <class T, class B>
-Sharded<T, Replicated, B> copy_to(Sharded<T, Partial, B> dx) {
-  return shardalg::all_reduce(std::move(dx));
+/// Backward of f: the cotangent of X is Partial (X fed sharded matmuls); all_reduce it to
+/// cot(I) = I (To = Invariant), or to R for the layers' R convention.
+template <WholeLayout To = Replicated, class T, class B>
+Sharded<T, To, B> copy_to(Sharded<T, Partial, B> dx) {
+  return shardalg::all_reduce<To>(std::move(dx));
 }
-/// Backward of g: identity.
+/// Backward of g: identity (dZ[R] → dZ[R] in the layers' convention, dZ[I] → dZ[R] typed).
 template <class T, class B>
 Sharded<T, Replicated, B> reduce_from(Sharded<T, Replicated, B> dz) {
   return dz;
+}
+template <class T, class B>
+Sharded<T, Replicated, B> reduce_from(Sharded<T, Invariant, B> dz) {
+  return adjoint::all_reduce(std::move(dz));
 }
 }  // namespace adjoint
 

@@ -1,5 +1,6 @@
-// shardalg/collective/split.hpp — X[R] → X[Row] (or X[C]): keep your own block. No
-// communication. Adjoint: all_gather.
+// shardalg/collective/split.hpp — X[R] or X[I] → X[Row] (or X[C]): keep your own block. No
+// communication. Adjoint: all_gather back to the input's layout (the layers' R convention, and
+// I: every rank needs the whole gradient).
 #pragma once
 
 #include "shardalg/core/explain.hpp"
@@ -7,10 +8,10 @@
 
 namespace shardalg {
 
-/// R → To (RowSharded or ColSharded), a local slice.
+/// R or I → To (RowSharded or ColSharded), a local slice.
 template <SplitLayout To, class T, class L, class B>
 auto split(const Sharded<T, L, B>& x) {
-  if constexpr (!std::is_same_v<L, Replicated>) {
+  if constexpr (!WholeLayout<L>) {
     return diagnose<Diag::split_input, L>();
   } else {
     detail::check_operand(x.group(), "split<", To::name, ">");
@@ -25,14 +26,14 @@ auto split(const Sharded<T, L, B>& x) {
   }
 }
 
-template <class T, class L, class B>
+template <WholeLayout To, class T, class L, class B>
 auto all_gather(const Sharded<T, L, B>& x);
 
 namespace adjoint {
-/// Backward of split: dX[Row or C] → dX[R] by all_gather.
-template <class T, SplitLayout L, class B>
-Sharded<T, Replicated, B> split(const Sharded<T, L, B>& dy) {
-  return shardalg::all_gather(dy);
+/// Backward of split from From (R by default, or I): dX[Row or C] → dX[From] by all_gather.
+template <WholeLayout From = Replicated, class T, SplitLayout L, class B>
+Sharded<T, From, B> split(const Sharded<T, L, B>& dy) {
+  return shardalg::all_gather<From>(dy);
 }
 }  // namespace adjoint
 

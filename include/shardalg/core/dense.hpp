@@ -99,12 +99,12 @@ void check_replicas_agree(const T* data, Index rows, Index cols, Group& g, std::
 /// data, use distribute<L>.
 template <Layout L, class Derived, class B = CpuBackend>
 auto shard(const Eigen::MatrixBase<Derived>& dense, Group g) {
-  if constexpr (L::kind == LayoutKind::replicated) {
+  if constexpr (whole(L::kind)) {  // R or I: the ranks must pass the same A
     if (check_replicas() && g.size() > 1) {
       using T = typename Derived::Scalar;
       // Evaluated once (an expression such as Random() would differ on a second evaluation).
       Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> host = dense;
-      detail::check_replicas_agree(host.data(), host.rows(), host.cols(), g, "shard<Replicated>");
+      detail::check_replicas_agree(host.data(), host.rows(), host.cols(), g, detail::cat("shard<", L::name, ">"));
       if constexpr (std::is_same_v<decltype(host), typename B::template matrix<T>>) {
         const Index rows = host.rows(), cols = host.cols();
         return Sharded<T, L, B>(std::move(host), rows, cols, std::move(g));
@@ -152,7 +152,7 @@ auto distribute(const Eigen::MatrixBase<Derived>& dense, Group g, int src_rank =
   } else {
     Host full = r == src_rank ? Host(dense) : Host(rows, cols);
     g.broadcast(full.data(), static_cast<std::size_t>(full.size()), src_rank, CallInfo{"dense", L::notation});
-    if constexpr (L::kind == LayoutKind::replicated && std::is_same_v<Host, typename B::template matrix<T>>)
+    if constexpr (whole(L::kind) && std::is_same_v<Host, typename B::template matrix<T>>)
       return Sharded<T, L, B>(std::move(full), rows, cols, std::move(g));
     else
       return detail::take_share<L, B>(full, std::move(g), "distribute");
@@ -177,9 +177,9 @@ typename B::template matrix<T> to_dense(const Sharded<T, L, B>& x) {
   }
 }
 
-/// For x[R]: true when every rank's copy equals rank 0's bit for bit.
-template <class T, class B>
-bool replicas_agree(const Sharded<T, Replicated, B>& x) {
+/// For x[R] or x[I]: true when every rank's copy equals rank 0's bit for bit.
+template <class T, WholeLayout L, class B>
+bool replicas_agree(const Sharded<T, L, B>& x) {
   detail::check_operand(x.group(), "replicas_agree");
   Group g = x.group();
   const CallInfo info{"R", "R", true};

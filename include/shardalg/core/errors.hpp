@@ -141,6 +141,8 @@ enum class Diag : int {
   // layouts requested of the planner, and conversions
   layout_conversion = 150,
   plan_target = 151,
+  // the Invariant layout
+  invariant_mix = 170,
 };
 
 /// What an invalid operation returns after its diagnostic fired: an empty type, so the compiler
@@ -227,8 +229,8 @@ constexpr auto diagnose() {
                 "(adjoint: all_gather) from Replicated, reduce_scatter (adjoint: all_gather) from "
                 "Partial.");
   static_assert(id != 125,
-                "[shardalg.E125] copy_to (Megatron's f) takes a Replicated input: identity forward, "
-                "all_reduce of the Partial cotangent backward. Fix: all_gather (adjoint: "
+                "[shardalg.E125] copy_to (Megatron's f) takes an Invariant (or Replicated) input: identity "
+                "forward, all_reduce of the Partial cotangent backward. Fix: all_gather (adjoint: "
                 "reduce_scatter) or all_reduce (adjoint: identity) first.");
   static_assert(id != 126,
                 "[shardalg.E126] reduce_from (Megatron's g) takes a Partial input: all_reduce forward, "
@@ -249,8 +251,15 @@ constexpr auto diagnose() {
                 "[shardalg.E140] operands have different element types. Fix: convert one with cast<U>(x) "
                 "(shardalg/core/cast.hpp; same layout, no communication).");
   static_assert(id != 151,
-                "[shardalg.E151] matmul<To> / redistribute<To>: To must be a layout (Replicated, "
-                "RowSharded, ColSharded or Partial); no plan reaches anything else.");
+                "[shardalg.E151] matmul<To> / redistribute<To>: To must be a layout the planner reaches "
+                "(Replicated, RowSharded, ColSharded or Partial). Invariant is reached only by its named "
+                "conversions: all_reduce<Invariant> (Megatron's g) or all_gather<Invariant>.");
+  static_assert(id != 170,
+                "[shardalg.E170] an Invariant (I) operand mixed with another layout: I is the same value "
+                "on every rank with a whole gradient on every rank (cot(I) = I), R or a split layout has a "
+                "per-rank gradient, so the op has no typed backward. Fix: convert the I operand with "
+                "copy_to(x) (Megatron's f: I -> R, backward all_reduce Partial -> I), or produce it with "
+                "all_reduce<Replicated> instead of all_reduce<Invariant> (g).");
   return InvalidOperation{};
 }
 
@@ -278,6 +287,16 @@ constexpr auto diagnose_conversion() {
   static_assert(!((From == K::row && To == K::col) || (From == K::col && To == K::row)),
                 "[shardalg.E150] a RowSharded tensor where a ColSharded one is expected, or the reverse. "
                 "Fix: all_to_all<To>(x) (adjoint: all_to_all back), or redistribute<To>(x).");
+  static_assert(!(From == K::invariant && To != K::partial),
+                "[shardalg.E150] an Invariant (I) tensor where another layout is expected. Fix: copy_to(x) "
+                "(Megatron's f: I -> R, backward all_reduce), then split / redistribute from R.");
+  static_assert(!(To == K::invariant && From != K::partial),
+                "[shardalg.E150] a tensor where an Invariant (I) one is expected: only a reduction makes "
+                "every rank's gradient whole. Fix: all_reduce<Invariant>(x) from a Partial (Megatron's g), "
+                "or all_gather<Invariant>(x) from a split one.");
+  static_assert(!(From == K::partial && To == K::invariant),
+                "[shardalg.E150] a Partial tensor where an Invariant (I) one is expected: the summands are not "
+                "reduced. Fix: all_reduce<Invariant>(x) (Megatron's g: backward identity I -> R).");
   static_assert(To != K::partial,
                 "[shardalg.E150] a tensor where a Partial one is expected. Fix: to_partial(x) (free), or "
                 "redistribute<Partial>(x).");

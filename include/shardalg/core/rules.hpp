@@ -11,6 +11,8 @@
 //   C        | Partial, slice B[J_r,:]| Partial               | E102        | E104
 //   Partial  | Partial               | E105                   | E105        | E106
 //
+//   I · I → I; I with any other layout: E170 (convert with f = copy_to, I → R, first).
+//
 // Every valid entry is local (no communication). A Partial result is finished by all_reduce
 // (→ R) or reduce_scatter (→ Row or C): the collective the type tells you to call.
 #pragma once
@@ -38,6 +40,9 @@ constexpr MatmulRule matmul_rule(LayoutKind a, LayoutKind b) {
   using K = LayoutKind;
   constexpr auto ok = [](K r, LocalForm f = LocalForm::direct) { return MatmulRule{true, r, f, Diag{}}; };
   constexpr auto bad = [](Diag d) { return MatmulRule{false, K::replicated, LocalForm::direct, d}; };
+  // I is a closed world: I · I → I (every rank repeats the product), anything else needs f.
+  if (a == K::invariant || b == K::invariant)
+    return a == b ? ok(K::invariant) : bad(Diag::invariant_mix);
   switch (a) {
     case K::replicated:
       switch (b) {
@@ -45,6 +50,7 @@ constexpr MatmulRule matmul_rule(LayoutKind a, LayoutKind b) {
         case K::row: return ok(K::partial, LocalForm::slice_a_cols);
         case K::col: return ok(K::col);
         case K::partial: return ok(K::partial);
+        case K::invariant: break;
       }
       break;
     case K::row:
@@ -53,6 +59,7 @@ constexpr MatmulRule matmul_rule(LayoutKind a, LayoutKind b) {
         case K::row: return bad(Diag::matmul_row_row);
         case K::col: return bad(Diag::matmul_row_col);
         case K::partial: return bad(Diag::matmul_any_partial);
+        case K::invariant: break;
       }
       break;
     case K::col:
@@ -61,6 +68,7 @@ constexpr MatmulRule matmul_rule(LayoutKind a, LayoutKind b) {
         case K::row: return ok(K::partial);
         case K::col: return bad(Diag::matmul_col_col);
         case K::partial: return bad(Diag::matmul_any_partial);
+        case K::invariant: break;
       }
       break;
     case K::partial:
@@ -69,8 +77,10 @@ constexpr MatmulRule matmul_rule(LayoutKind a, LayoutKind b) {
         case K::row: return bad(Diag::matmul_partial_split);
         case K::col: return bad(Diag::matmul_partial_split);
         case K::partial: return bad(Diag::matmul_partial_partial);
+        case K::invariant: break;
       }
       break;
+    case K::invariant: break;
   }
   return bad(Diag::matmul_partial_partial);
 }
@@ -85,8 +95,12 @@ struct UnaryRule {
 namespace rules {
 using K = LayoutKind;
 
+/// Exactly one operand is I: the op mixes the invariant world with another (E170).
+constexpr bool mixes_invariant(K a, K b) { return (a == K::invariant) != (b == K::invariant); }
+
 /// A + B, A − B: the same layout on both sides (linear: Partial + Partial is fine).
 constexpr UnaryRule add(K a, K b) {
+  if (mixes_invariant(a, b)) return {false, a, Diag::invariant_mix};
   return a == b ? UnaryRule{true, a, {}} : UnaryRule{false, a, Diag::add_mismatch};
 }
 /// α · A: every layout (linear).
@@ -97,16 +111,19 @@ constexpr UnaryRule nonlinear(K a) {
 }
 /// A ⊙ B: the same layout, or Partial with Replicated (linear in the Partial operand).
 constexpr UnaryRule hadamard(K a, K b) {
+  if (mixes_invariant(a, b)) return {false, a, Diag::invariant_mix};
   if (a == K::partial && b == K::partial) return {false, a, Diag::hadamard_partial_partial};
   if (a == b) return {true, a, {}};
   if ((a == K::partial && b == K::replicated) || (a == K::replicated && b == K::partial))
     return {true, K::partial, {}};
   return {false, a, Diag::hadamard_mismatch};
 }
-/// X + b broadcast over rows, b[1,K]: b R for X R or Row; b C for X C; never on Partial.
+/// X + b broadcast over rows, b[1,K]: b R for X R or Row; b C for X C; b I for X I; never on
+/// Partial.
 constexpr UnaryRule bias(K x, K b) {
   if (x == K::partial) return {false, x, Diag::bias_partial};
-  const K want = x == K::col ? K::col : K::replicated;
+  if (mixes_invariant(x, b)) return {false, x, Diag::invariant_mix};
+  const K want = x == K::col ? K::col : x == K::invariant ? K::invariant : K::replicated;
   return b == want ? UnaryRule{true, x, {}} : UnaryRule{false, x, Diag::bias_layout};
 }
 /// Row-wise (softmax over K, LayerNorm, row max): each rank must hold whole rows.

@@ -2,6 +2,7 @@
 // as a 1×1 tensor s[R] on x's group. The collective is the one the layout requires:
 //
 //   sum(X[R])        → s[R]   every rank sums its whole copy                   no collective
+//   sum(X[I])        → s[I]   the same, in the invariant world                  no collective
 //   sum(X[Row])      → s[R]   rank r sums its rows I_r: s_r[Partial]           all_reduce, 1 element
 //   sum(X[C])        → s[R]   rank r sums its columns K_r: s_r[Partial]        all_reduce, 1 element
 //   sum(Z[Partial])  → s[R]   Σ is linear: Σ(Σ_r Z_r) = Σ_r Σ(Z_r)              all_reduce, 1 element
@@ -21,15 +22,15 @@
 namespace shardalg {
 
 template <class T, class L, class B>
-Sharded<T, Replicated, B> sum(const Sharded<T, L, B>& x) {
+auto sum(const Sharded<T, L, B>& x) {
   detail::check_operand(x.group(), "sum");
   // Σ X[L] → [R]: local for R, else the partial sums are all-reduced (listed as a child op).
   auto e = explain_op(x.group(), "sum", dtype_of<T>, [&] { return detail::cat("Σ ", notation(x), " → 1x1[R]"); });
   auto s = B::row_sum(B::col_sum(x.local()));  // [1, 1]: Σ of this rank's block
-  if constexpr (std::is_same_v<L, Replicated>) {
-    return Sharded<T, Replicated, B>(std::move(s), 1, 1, x.group());
+  if constexpr (WholeLayout<L>) {
+    return Sharded<T, L, B>(std::move(s), 1, 1, x.group());
   } else {
-    return all_reduce(Sharded<T, Partial, B>(std::move(s), 1, 1, x.group()));
+    return Sharded<T, Replicated, B>(all_reduce(Sharded<T, Partial, B>(std::move(s), 1, 1, x.group())));
   }
 }
 

@@ -24,6 +24,9 @@ inline std::string visualize(LayoutKind k, Index rows, Index cols, int p) {
   auto range = [](Index a, Index n) { return n == 0 ? std::string("none") : std::to_string(a) + ".." + std::to_string(a + n - 1); };
   switch (k) {
     case LayoutKind::replicated: os << ": every rank holds the whole " << rows << "x" << cols << "\n"; break;
+    case LayoutKind::invariant:
+      os << ": every rank holds the whole " << rows << "x" << cols << " and computes its whole gradient\n";
+      break;
     case LayoutKind::partial:
       os << ": every rank holds a " << rows << "x" << cols << " summand; the value is their sum\n";
       break;

@@ -73,7 +73,7 @@ struct BucketPlan {
 template <class T, class L, class B>
 BucketSlot slot_of(const ParamInfo& info, const Sharded<T, L, B>& w) {
   return BucketSlot{info.name, 0, 0, w.local_rows(), w.local_cols(), w.col_offset(),
-                    std::is_same_v<L, Replicated>, info.decay, info.col_weight};
+                    WholeLayout<L>, info.decay, info.col_weight};
 }
 
 /// Copy a local block into its place in a flat bucket, and back out.

@@ -128,7 +128,7 @@ class GradNorm {
     } else {
       if (!group_.valid()) group_ = g.group();
       const double s = OptimKernels<B>::template sum_squares<T>(g.local(), g.col_offset(), info.col_weight);
-      if constexpr (std::is_same_v<L, Replicated>) replicated_ += s;  // whole on every rank: once
+      if constexpr (WholeLayout<L>) replicated_ += s;  // whole on every rank (R, I): once
       else sharded_ += s;                                             // a block: summed over ranks
     }
   }

@@ -139,8 +139,9 @@ plan::MatmulPlan matmul_plan_for(const A& a, const B& b, const plan::Model& mode
 /// The plan matmul<To>(a, b, model) runs: describe() prints it in layout notation.
 template <class To, detail::MatmulOperand A, detail::MatmulOperand B>
 plan::MatmulPlan matmul_plan(const A& a, const B& b, const plan::Model& model = {}) {
-  static_assert(Layout<To>, "[shardalg.E151] matmul<To>: To must be a layout (Replicated, RowSharded, "
-                            "ColSharded or Partial).");
+  static_assert(Layout<To> && !std::is_same_v<To, Invariant>,
+                "[shardalg.E151] matmul<To>: To must be a layout the planner reaches (Replicated, RowSharded, "
+                "ColSharded or Partial).");
   detail::check_operand(detail::operand_t<A>::tensor(a).group(), "matmul_plan");
   detail::check_operand(detail::operand_t<B>::tensor(b).group(), "matmul_plan");
   return detail::matmul_plan_for<To>(a, b, model);
@@ -152,10 +153,12 @@ auto matmul(const A& a, const B& b, const plan::Model& model = {}) {
   using OA = detail::operand_t<A>;
   using OB = detail::operand_t<B>;
   using T = typename OA::value_type;
-  if constexpr (!Layout<To>) {
+  if constexpr (!Layout<To> || std::is_same_v<To, Invariant>) {
     return diagnose<Diag::plan_target, To>();
   } else if constexpr (!std::is_same_v<T, typename OB::value_type>) {
     return diagnose<Diag::dtype_mismatch, A>();
+  } else if constexpr (OA::kind == LayoutKind::invariant || OB::kind == LayoutKind::invariant) {
+    return diagnose<Diag::invariant_mix, A>();  // the planner works outside the invariant world: f first
   } else {
     using Bk = typename OA::backend;
     const auto& ta = OA::tensor(a);

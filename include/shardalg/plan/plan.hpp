@@ -69,6 +69,7 @@ constexpr StepKind step_between(LayoutKind from, LayoutKind to) {
     case K::row:
     case K::col: return to == K::replicated ? StepKind::all_gather : StepKind::all_to_all;
     case K::partial: return to == K::replicated ? StepKind::all_reduce : StepKind::reduce_scatter;
+    case K::invariant: break;  // not a planner layout (redistribute / matmul<To> refuse it: E151, E170)
   }
   return StepKind::split;
 }

@@ -28,8 +28,8 @@
 
 namespace shardalg {
 
-/// R, Row or C → Partial, no communication: the value stays where it is, zeros elsewhere
-/// (R: rank 0 keeps it; Row/C: each rank's block in a zero matrix of the global shape).
+/// R, I, Row or C → Partial, no communication: the value stays where it is, zeros elsewhere
+/// (R, I: rank 0 keeps it; Row/C: each rank's block in a zero matrix of the global shape).
 template <class T, class L, class B>
 auto to_partial(const Sharded<T, L, B>& x) {
   if constexpr (std::is_same_v<L, Partial>) {
@@ -39,7 +39,7 @@ auto to_partial(const Sharded<T, L, B>& x) {
     auto e = explain_op(x.group(), "to_partial", dtype_of<T>,
                         [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), LayoutKind::partial)); });
     auto out = B::template zeros<T>(x.rows(), x.cols());
-    if constexpr (std::is_same_v<L, Replicated>) {
+    if constexpr (WholeLayout<L>) {
       if (x.rank() == 0) out = x.local();
     } else {
       B::paste_block(out, x.row_offset(), x.col_offset(), x.local());
@@ -58,6 +58,7 @@ decltype(auto) with_layout(LayoutKind k, F&& f) {
     case LayoutKind::row: return f(RowSharded{});
     case LayoutKind::col: return f(ColSharded{});
     case LayoutKind::partial: break;
+    case LayoutKind::invariant: break;  // never a plan's layout (E151, E170)
   }
   return f(Partial{});
 }
@@ -96,16 +97,19 @@ plan::RedistributePlan redistribute_plan_for(const Sharded<T, L, B>& x, LayoutKi
 /// The chain redistribute<To>(x, m) would run (for printing, explain and tests).
 template <class To, class T, class L, class B>
 plan::RedistributePlan redistribute_plan(const Sharded<T, L, B>& x, const plan::Model& m = {}) {
-  static_assert(Layout<To>, "[shardalg.E151] redistribute<To>: To must be a layout (Replicated, RowSharded, "
-                            "ColSharded or Partial).");
+  static_assert(Layout<To> && !std::is_same_v<To, Invariant>,
+                "[shardalg.E151] redistribute<To>: To must be a layout the planner reaches (Replicated, "
+                "RowSharded, ColSharded or Partial).");
   return detail::redistribute_plan_for(x, To::kind, m);
 }
 
 /// Any layout → To by the cheapest chain; each communicating step is ledgered as its collective.
 template <class To, class T, class L, class B>
 auto redistribute(const Sharded<T, L, B>& x, const plan::Model& m = {}) {
-  if constexpr (!Layout<To>) {
+  if constexpr (!Layout<To> || std::is_same_v<To, Invariant>) {
     return diagnose<Diag::plan_target, To>();
+  } else if constexpr (std::is_same_v<L, Invariant>) {
+    return diagnose<Diag::invariant_mix, L>();  // leave the invariant world by f = copy_to first
   } else {
     const auto pl = detail::redistribute_plan_for(x, To::kind, m);
     // X[L] → X[To]; the chain's steps are listed under it as the collectives they are.
