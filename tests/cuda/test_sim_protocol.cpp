@@ -172,3 +172,39 @@ TEST_CASE("sim protocol: errors name the values, and a failing rank aborts the w
     if (c.rank() == 0) c.send(&x, 1, DType::f32, 1);
   });
 }
+
+TEST_CASE("sim protocol: split makes the mesh's axis groups (2x2, 2x2x2); a failure in one axis ends the run") {
+  for (const auto& axes : {std::vector<AxisSpec>{{"dp", 2}, {"tp", 2}}, std::vector<AxisSpec>{{"dp", 2}, {"pp", 2}, {"tp", 2}}}) {
+    int world = 1;
+    for (const auto& a : axes) world *= a.size;
+    CAPTURE(world);
+    run_host_sim_ranks(world, [&](HostComm& c) {
+      Mesh mesh(Group(c), axes);
+      // The tp group of world rank r holds the ranks that differ from it in the last coordinate
+      // only (TP fastest): Σ of (rank + 1) over them, written out.
+      Group t = mesh.group("tp");
+      double x = c.rank() + 1;
+      t.all_reduce(&x, 1, DType::f64, ReduceOp::sum);
+      const int base = c.rank() - c.rank() % 2;
+      CHECK(x == (base + 1) + (base + 2));
+      CHECK(t.rank() == c.rank() % 2);
+      Group d = mesh.group("dp");
+      CHECK(d.rank() == c.rank() / (world / 2));
+      double y = c.rank();
+      d.all_reduce(&y, 1, DType::f64, ReduceOp::sum);
+      CHECK(y == (c.rank() % (world / 2)) * 2 + world / 2);
+    });
+  }
+  CHECK_THROWS_WITH_AS(run_host_sim_ranks(2, [](HostComm& c) { (void)c.split(-2, 0); }),
+                       "SimComm::split: color -2 is negative", CommError);
+  // Rank 3 fails; rank 2, waiting in a tp all_reduce (a sub-world), is released by the abort.
+  CHECK_THROWS_WITH_AS(run_host_sim_ranks(4,
+                                          [](HostComm& c) {
+                                            Mesh mesh(Group(c), {{"dp", 2}, {"tp", 2}});
+                                            if (c.rank() == 3) throw std::runtime_error("rank 3 failed");
+                                            Group t = mesh.group("tp");
+                                            double x = 1;
+                                            t.all_reduce(&x, 1, DType::f64, ReduceOp::sum);
+                                          }),
+                       "rank 3 failed", std::runtime_error);
+}

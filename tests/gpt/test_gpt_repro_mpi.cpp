@@ -4,7 +4,7 @@
 // and every gradient (each rank's shard), float and double, with and without sequence
 // parallelism. Each process runs the P-thread world itself as the reference and compares its
 // own rank's shard. The default mode (MPI's own algorithms) is run too and its differences are
-// reported, not asserted. (The 2×2 mesh case waits for the mesh of issue 13.)
+// reported, not asserted. The 2×2 mesh case (DP × TP): tests/mesh/test_data_parallel_mpi.cpp.
 #include <mpi.h>
 
 #include <doctest/doctest.h>

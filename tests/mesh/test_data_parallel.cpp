@@ -247,7 +247,9 @@ TEST_CASE("data parallel: bad input is an error naming the values") {
 TEST_CASE("data parallel: the reduced gradients are the whole batch's (against one rank, <= 1e-13 normwise)") {
   for (bool sp : {false, true}) {
     const auto c = dp_cases::config(sp);
-    const auto [x, y] = gt::batch_at(c, gt::kText, 3);
+    const auto batch = gt::batch_at(c, gt::kText, 3);  // no structured binding: a lambda captures it (Clang 14)
+    const auto& x = batch.first;
+    const auto& y = batch.second;
     auto one = nn::Gpt<double>::init(c, SelfComm{});
     one.forward_backward(x, y);
     const auto want = one.grad_masters();

@@ -51,7 +51,9 @@ namespace sim {
 class World {
  public:
   using Release = void (*)(void*);
-  World(int n, Release release) : send_(n), recv_(n), n_(n), release_(release) {}
+  World(int n, Release release)
+      : send_(n), recv_(n), split_key_(static_cast<std::size_t>(n)), split_slot_(static_cast<std::size_t>(n)), n_(n),
+        release_(release) {}
   World(const World&) = delete;
   World& operator=(const World&) = delete;
   ~World() {
@@ -76,10 +78,26 @@ class World {
     if (generation_ == gen) throw_aborted();
   }
   void abort() {
-    std::lock_guard lk(m_);
-    aborted_ = true;
-    cv_.notify_all();
-    mail_cv_.notify_all();
+    std::vector<std::shared_ptr<World>> children;
+    {
+      std::lock_guard lk(m_);
+      aborted_ = true;
+      cv_.notify_all();
+      mail_cv_.notify_all();
+      children = children_;
+    }
+    for (auto& c : children) c->abort();  // a rank waiting in a sub-world (a mesh axis) wakes too
+  }
+  /// A sub-world made by SimComm::split: aborting this world aborts it (and it starts aborted
+  /// when this one already is).
+  void adopt(const std::shared_ptr<World>& child) {
+    bool aborted = false;
+    {
+      std::lock_guard lk(m_);
+      children_.push_back(child);
+      aborted = aborted_;
+    }
+    if (aborted) child->abort();
   }
 
   void post(int src, int dst, void* staged, std::size_t bytes) {
@@ -119,6 +137,9 @@ class World {
   // The collective in flight: one slot per rank.
   std::vector<const void*> send_;
   std::vector<void*> recv_;
+  // split(): each rank's (color, key), and the sub-world a color's leader made.
+  std::vector<std::pair<int, int>> split_key_;
+  std::vector<std::shared_ptr<World>> split_slot_;
 
  private:
   struct Mail {
@@ -136,6 +157,7 @@ class World {
   std::size_t posted_ = 0;
   bool aborted_ = false;
   std::map<std::pair<int, int>, std::deque<Mail>> mail_;
+  std::vector<std::shared_ptr<World>> children_;
 };
 
 }  // namespace sim
@@ -175,6 +197,33 @@ class SimComm {
   [[nodiscard]] std::uintptr_t key() const { return reinterpret_cast<std::uintptr_t>(w_.get()); }
   [[nodiscard]] Ops& ops() const { return *ops_; }
   [[nodiscard]] const sim::World& world() const { return *w_; }
+
+  /// Sub-groups, as MPI_Comm_split: the ranks that pass the same color form one group, ranked by
+  /// (key, rank). Every rank calls it; the sub-world is aborted with this one. Its ranks share
+  /// this rank's ops (its stream): a mesh axis runs on the rank's own stream.
+  [[nodiscard]] SimComm split(int color, int key) {
+    if (color < 0) throw CommError(shardalg::detail::cat("SimComm::split: color ", color, " is negative"));
+    w_->split_key_[static_cast<std::size_t>(rank_)] = {color, key};
+    w_->barrier();
+    int leader = -1, sub_size = 0, sub_rank = 0;
+    for (int r = 0; r < size(); ++r) {
+      const auto [c, k] = w_->split_key_[static_cast<std::size_t>(r)];
+      if (c != color) continue;
+      if (leader < 0) leader = r;
+      ++sub_size;
+      if (k < key || (k == key && r < rank_)) ++sub_rank;
+    }
+    if (leader == rank_) {
+      auto sub = std::make_shared<sim::World>(sub_size, w_->release());
+      w_->adopt(sub);
+      w_->split_slot_[static_cast<std::size_t>(rank_)] = std::move(sub);
+    }
+    w_->barrier();
+    SimComm out(w_->split_slot_[static_cast<std::size_t>(leader)], sub_rank, ops_);
+    w_->barrier();  // every rank has its copy before a later split reuses the slots
+    if (leader == rank_) w_->split_slot_[static_cast<std::size_t>(rank_)].reset();
+    return out;
+  }
 
   void barrier() {
     ops_->fence();

@@ -3,9 +3,11 @@
 // other axes' share), so the ledger records it with the one-axis layouts and the axis's name:
 //
 //   all_reduce<dp>(G[dp:Partial, tp:C])          → G[dp:R, tp:C]       all_reduce over dp
+//   all_reduce<tp, Invariant>(Z[dp:Row, tp:Partial]) → Z[dp:Row, tp:I] g over tp
+//   copy_to<tp>(X[dp:Row, tp:I])                 → X[dp:Row, tp:R]     f over tp (free)
 //   all_gather<tp>(X[dp:Row, tp:Row])            → X[dp:Row, tp:R]     all_gather over tp
 //   reduce_scatter<dp, RowSharded>(G[dp:Partial]) → G[dp:Row]           reduce_scatter over dp
-//   split<tp, ColSharded>(W[dp:R, tp:R])         → W[dp:R, tp:C]       free
+//   split<tp, ColSharded>(W[dp:R, tp:R])         → W[dp:R, tp:C]       free (from I too)
 //
 // A split or gather must act on the innermost split of its dimension (E161): gathering dp out of
 // X[dp:Row, tp:Row] would interleave tp's blocks (PyTorch's wrong full_tensor under TP + FSDP).
@@ -29,8 +31,8 @@ MeshSharded<T, replace_layout_t<A, L, Ax>, B> rewrap(typename B::template matrix
 }
 }  // namespace mesh_detail
 
-/// Partial on A → R on A: one all_reduce over A's group.
-template <MeshAxis A, class T, class Ax, class B>
+/// Partial on A → To (R, or I: Megatron's g) on A: one all_reduce over A's group.
+template <MeshAxis A, WholeLayout To = Replicated, class T, class Ax, class B>
 auto all_reduce(const MeshSharded<T, Ax, B>& x) {
   constexpr std::size_t i = axis_index_v<A, Ax>;
   if constexpr (i == mesh_detail::npos) {
@@ -39,12 +41,26 @@ auto all_reduce(const MeshSharded<T, Ax, B>& x) {
     return diagnose<Diag::all_reduce_input, layout_t<Ax::kinds[i]>>();
   } else {
     Sharded<T, Partial, B> v(x.local(), x.local_rows(), x.local_cols(), x.groups()[i]);
-    return mesh_detail::rewrap<A, Replicated>(all_reduce(std::move(v)).local(), x);
+    return mesh_detail::rewrap<A, To>(all_reduce<To>(std::move(v)).local(), x);
   }
 }
 
-/// Row or C on A → R on A: one all_gather over A's group; A must be the innermost split (E161).
+/// I on A → R on A: Megatron's f on one axis (free forward; backward all_reduce over A).
 template <MeshAxis A, class T, class Ax, class B>
+auto copy_to(const MeshSharded<T, Ax, B>& x) {
+  constexpr std::size_t i = axis_index_v<A, Ax>;
+  if constexpr (i == mesh_detail::npos) {
+    return diagnose_mesh<MeshDiag::unknown_axis, A>();
+  } else if constexpr (Ax::kinds[i] != LayoutKind::invariant) {
+    return diagnose<Diag::copy_to_input, layout_t<Ax::kinds[i]>>();
+  } else {
+    return mesh_detail::rewrap<A, Replicated>(x.local(), x);
+  }
+}
+
+/// Row or C on A → To (R or I) on A: one all_gather over A's group; A must be the innermost split
+/// (E161).
+template <MeshAxis A, WholeLayout To = Replicated, class T, class Ax, class B>
 auto all_gather(const MeshSharded<T, Ax, B>& x) {
   constexpr std::size_t i = axis_index_v<A, Ax>;
   if constexpr (i == mesh_detail::npos) {
@@ -60,7 +76,7 @@ auto all_gather(const MeshSharded<T, Ax, B>& x) {
       const Index r = x.local_rows() * (k == LayoutKind::row ? s : 1);
       const Index c = x.local_cols() * (k == LayoutKind::col ? s : 1);
       Sharded<T, layout_t<k>, B> v(x.local(), r, c, x.groups()[i]);
-      return mesh_detail::rewrap<A, Replicated>(all_gather(v).local(), x);
+      return mesh_detail::rewrap<A, To>(all_gather<To>(v).local(), x);
     }
   }
 }
@@ -82,18 +98,18 @@ auto reduce_scatter(const MeshSharded<T, Ax, B>& x) {
   }
 }
 
-/// R on A → To (Row or C) on A: free (each rank keeps its block); innermost, as reduce_scatter.
+/// R or I on A → To (Row or C) on A: free (each rank keeps its block); innermost, as reduce_scatter.
 template <MeshAxis A, SplitLayout To, class T, class Ax, class B>
 auto split(const MeshSharded<T, Ax, B>& x) {
   constexpr std::size_t i = axis_index_v<A, Ax>;
   if constexpr (i == mesh_detail::npos) {
     return diagnose_mesh<MeshDiag::unknown_axis, A>();
-  } else if constexpr (Ax::kinds[i] != LayoutKind::replicated) {
+  } else if constexpr (!whole(Ax::kinds[i])) {
     return diagnose<Diag::split_input, layout_t<Ax::kinds[i]>>();
   } else if constexpr (mesh_detail::split_after<Ax>(i, mesh_detail::split_dim(To::kind))) {
     return diagnose_mesh<MeshDiag::not_innermost, A>();
   } else {
-    Sharded<T, Replicated, B> v(x.local(), x.local_rows(), x.local_cols(), x.groups()[i]);
+    Sharded<T, layout_t<Ax::kinds[i]>, B> v(x.local(), x.local_rows(), x.local_cols(), x.groups()[i]);
     return mesh_detail::rewrap<A, To>(split<To>(v).local(), x);
   }
 }

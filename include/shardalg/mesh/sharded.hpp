@@ -161,7 +161,7 @@ auto view(MeshSharded<T, Ax, B> x) {
   } else {
     constexpr bool alone = [] {
       for (std::size_t j = 0; j < Ax::size; ++j)
-        if (j != i && Ax::kinds[j] != LayoutKind::replicated && notation(Ax::kinds[j]) != "I") return false;
+        if (j != i && !whole(Ax::kinds[j])) return false;
       return true;
     }();
     if constexpr (!alone) {

@@ -145,47 +145,70 @@ inline void check_config(const std::filesystem::path& dir, const GptConfig& got,
 }
 }  // namespace detail
 
+namespace detail {
+/// What a load needs from the files, checked: the configuration (as the caller expects, SP as
+/// asked), the weights, the optimizer state (empty when not restored) and the saved step counts.
+struct LoadedState {
+  GptConfig cfg;
+  Masters weights, state;
+  long model_step = 0, optimizer_step = 0;
+  bool restore_optimizer = false;
+};
+
+/// Read and check a checkpoint for an optimizer of kind `want` ("adam" or "sgd").
+inline LoadedState read_for_load(const std::filesystem::path& dir, const LoadOptions& options, const std::string& want) {
+  auto [meta, tensors] = read_checkpoint_files(dir);
+  const auto meta_path = (dir / "meta.json").string();
+  try {
+    LoadedState out;
+    out.cfg = gpt_config_from_json(meta.at("config"));
+    if (options.expect) check_config(dir, out.cfg, *options.expect);
+    if (options.sp) out.cfg.sp = *options.sp;
+    for (auto& [k, v] : tensors) {
+      if (k.rfind("optim.", 0) == 0) out.state.emplace(k.substr(6), std::move(v));
+      else out.weights.emplace(k, std::move(v));
+    }
+    out.model_step = meta.at("step").get<long>();
+    out.restore_optimizer = options.optimizer_state;
+    if (!options.optimizer_state) {
+      out.state.clear();
+      return out;
+    }
+    const auto& oj = meta.at("optimizer");
+    if (oj.at("kind") != want)
+      throw CheckpointError(shardalg::detail::cat("checkpoint: ", meta_path, ": optimizer state is ",
+                                                  oj.at("kind").get<std::string>(), ", loading into ", want));
+    out.optimizer_step = oj.at("step").get<long>();
+    // Every parameter has its state once the optimizer has stepped: a missing entry is an error,
+    // never a silently reset moment.
+    if (out.optimizer_step > 0) {
+      const std::vector<std::string> kinds =
+          want == "adam" ? std::vector<std::string>{"m.", "v."} : std::vector<std::string>{"momentum."};
+      for (const auto& [name, w] : out.weights)
+        for (const auto& k : kinds)
+          if (!out.state.count(k + name))
+            throw CheckpointError(shardalg::detail::cat(
+                "checkpoint: ", meta_path, ": optimizer state has no ", k, name, " (after ", out.optimizer_step,
+                " steps every parameter has one; load with optimizer_state = false to start the optimizer fresh)"));
+    }
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(shardalg::detail::cat("checkpoint: ", meta_path, ": ", e.what()));
+  }
+}
+}  // namespace detail
+
 /// Load a checkpoint at this group's TP size (any; SP on or off as options.sp says, else as
 /// saved). The optimizer's options are the caller's; its step count and state come from the file.
 template <Element T, class B = CpuBackend, class Opt>
 Gpt<T, B> load_checkpoint(const std::filesystem::path& dir, const Group& g, Opt& opt, const LoadOptions& options) {
-  auto [meta, tensors] = read_checkpoint_files(dir);
-  const auto meta_path = (dir / "meta.json").string();
-  try {
-    GptConfig cfg = gpt_config_from_json(meta.at("config"));
-    if (options.expect) detail::check_config(dir, cfg, *options.expect);
-    if (options.sp) cfg.sp = *options.sp;
-    Masters weights, state;
-    for (auto& [k, v] : tensors) {
-      if (k.rfind("optim.", 0) == 0) state.emplace(k.substr(6), std::move(v));
-      else weights.emplace(k, std::move(v));
-    }
-    auto model = Gpt<T, B>::from_masters(cfg, weights, g);
-    model.set_steps(meta.at("step").get<long>());
-    if (!options.optimizer_state) return model;
-    const auto& oj = meta.at("optimizer");
-    const std::string want = Gpt<T, B>::template has_moments<Opt> ? "adam" : "sgd";
-    if (oj.at("kind") != want)
-      throw CheckpointError(shardalg::detail::cat("checkpoint: ", meta_path, ": optimizer state is ",
-                                                  oj.at("kind").get<std::string>(), ", loading into ", want));
-    // Every parameter has its state once the optimizer has stepped: a missing entry is an error,
-    // never a silently reset moment.
-    if (oj.at("step").get<long>() > 0) {
-      const std::vector<std::string> kinds =
-          want == "adam" ? std::vector<std::string>{"m.", "v."} : std::vector<std::string>{"momentum."};
-      for (const auto& [name, w] : weights)
-        for (const auto& k : kinds)
-          if (!state.count(k + name))
-            throw CheckpointError(shardalg::detail::cat(
-                "checkpoint: ", meta_path, ": optimizer state has no ", k, name, " (after ", oj.at("step").get<long>(),
-                " steps every parameter has one; load with optimizer_state = false to start the optimizer fresh)"));
-    }
-    if constexpr (requires { opt.set_step_count(0L); }) opt.set_step_count(oj.at("step").get<long>());
-    model.load_optimizer(opt, state);
-    return model;
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(shardalg::detail::cat("checkpoint: ", meta_path, ": ", e.what()));
-  }
+  auto in = detail::read_for_load(dir, options, Gpt<T, B>::template has_moments<Opt> ? "adam" : "sgd");
+  auto model = Gpt<T, B>::from_masters(in.cfg, in.weights, g);
+  model.set_steps(in.model_step);
+  if (!in.restore_optimizer) return model;
+  if constexpr (requires { opt.set_step_count(0L); }) opt.set_step_count(in.optimizer_step);
+  model.load_optimizer(opt, in.state);
+  return model;
 }
 
 /// load_checkpoint with SP on or off as `sp` says (else as saved), everything else checked.
