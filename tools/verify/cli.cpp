@@ -12,6 +12,10 @@ Parsed parse_options(int argc, char** argv) {
   CLI::App app{"shardalg-verify: one forward + backward pass of a small GPT, tensor-parallel vs dense reference"};
   // Ranges are checked in validate(), one line each ("--tp 0 must be at least 1"), not by CLI11.
   app.add_option("--tp", o.tp, "tensor-parallel size (threads); under mpirun the process count");
+  app.add_option("--dp", o.dp, "data-parallel replicas: a dp × tp mesh (threads: dp·tp ranks; mpirun: the process count is dp·tp)")
+      ->capture_default_str();
+  app.add_flag("--zero", o.zero, "with --dp: the sharded optimizer (ZeRO-1: reduce_scatter + all_gather over dp)");
+  app.add_option("--bucket", o.bucket, "with --dp: values per gradient bucket (0: one bucket per tensor)")->capture_default_str();
   app.add_flag("--sp", o.sp, "sequence parallelism (RowSharded activations between blocks)");
   app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str();
   app.add_option("--hidden", o.hidden, "hidden size h")->capture_default_str();

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "data_parallel.hpp"
 #include "report_json.hpp"
 #include "report_text.hpp"
 #include "run_rank.hpp"
@@ -56,16 +57,33 @@ int run_all(const Options& o, int p, Group* mpi_world, int mpi_rank) {
   const std::function<void(const std::string&, bool)> prog = [&](const std::string& s, bool phase) { progress(s, phase); };
   const DenseModel dm = make_model(o);
   RankResult res;
+  res.dp = o.dp;
+  // One rank of the world: with --dp, the mesh dp × tp; the layer-by-layer run on its tp group
+  // (every replica runs the whole batch, rank 0's is reported), then DataParallelGpt on the mesh.
+  auto one_rank = [&](Group world, bool is_root) {
+    if (o.dp == 1) {
+      if (o.sp) run_rank<T, true>(world, o, dm, is_root ? &res : nullptr, prog);
+      else run_rank<T, false>(world, o, dm, is_root ? &res : nullptr, prog);
+      return;
+    }
+    const Mesh mesh(world, {{"dp", o.dp}, {"tp", p}});
+    if (o.sp) run_rank<T, true>(mesh.group("tp"), o, dm, is_root ? &res : nullptr, prog);
+    else run_rank<T, false>(mesh.group("tp"), o, dm, is_root ? &res : nullptr, prog);
+    if (is_root) prog("DataParallelGpt on the mesh", true);
+    const DenseRun* dense = is_root ? &res.dense : nullptr;
+    Row row;
+    if (o.sp) run_dp<T, true>(mesh, o, dm, dense, &row, is_root ? &res.dp_figures : nullptr);
+    else run_dp<T, false>(mesh, o, dm, dense, &row, is_root ? &res.dp_figures : nullptr);
+    if (is_root) res.rows.push_back(std::move(row));
+  };
   if (mpi_world) {
-    res.backend_name = fmt::format("MpiComm ({} processes)", p);
-    if (o.sp) run_rank<T, true>(*mpi_world, o, dm, root ? &res : nullptr, prog);
-    else run_rank<T, false>(*mpi_world, o, dm, root ? &res : nullptr, prog);
+    res.backend_name = o.dp > 1 ? fmt::format("MpiComm ({} processes: dp {} × tp {})", p * o.dp, o.dp, p)
+                                : fmt::format("MpiComm ({} processes)", p);
+    one_rank(*mpi_world, root);
   } else {
-    res.backend_name = fmt::format("ThreadComm ({} ranks as threads in this process)", p);
-    run_ranks(p, [&](ThreadComm& c) {
-      if (o.sp) run_rank<T, true>(Group(c), o, dm, c.rank() == 0 ? &res : nullptr, prog);
-      else run_rank<T, false>(Group(c), o, dm, c.rank() == 0 ? &res : nullptr, prog);
-    });
+    res.backend_name = o.dp > 1 ? fmt::format("ThreadComm ({} ranks as threads: dp {} × tp {})", p * o.dp, o.dp, p)
+                                : fmt::format("ThreadComm ({} ranks as threads in this process)", p);
+    run_ranks(p * o.dp, [&](ThreadComm& c) { one_rank(Group(c), c.rank() == 0); });
   }
   progress.done();
   if (!root) return 0;

@@ -19,6 +19,8 @@
 //   shardalg-verify --explain                block 0's derivation as executed
 //   shardalg-verify --trace trace.json       Chrome trace (Perfetto / chrome://tracing)
 //   mpirun -np 2 shardalg-verify --backend mpi
+//   shardalg-verify --dp 2 --tp 2            a dp × tp mesh: DataParallelGpt on the global batch
+//   mpirun -np 4 shardalg-verify --backend mpi --dp 2 --zero
 //
 // The files (tools/verify/): cli (flags), options (configuration and its checks), model (the dense
 // masters and reference pass), run_rank + rows (one rank's run, rank 0's rows), explain_block
@@ -74,10 +76,13 @@ int main(int argc, char** argv) {
   int p = o.tp;
   try {
     if (world) {
-      if (tp_given && o.tp != size)
-        throw ConfigError(shardalg::detail::cat("--tp ", o.tp, " differs from the MPI process count ", size,
-                                                " (under mpirun the TP size is the process count)"));
-      p = size;
+      if (o.dp < 1 || size % o.dp != 0)
+        throw ConfigError(shardalg::detail::cat("--dp ", o.dp, " does not divide the MPI process count ", size,
+                                                " (under mpirun the processes form a dp × tp mesh)"));
+      if (tp_given && o.tp * o.dp != size)
+        throw ConfigError(shardalg::detail::cat("--tp ", o.tp, " × --dp ", o.dp, " differs from the MPI process count ", size,
+                                                " (under mpirun the TP size is the process count over --dp)"));
+      p = size / o.dp;
     } else if (under_mpirun()) {
       throw ConfigError("running under mpirun with --backend thread; pass --backend mpi");
     }

@@ -25,6 +25,9 @@ namespace nn = shardalg::nn;
 
 struct Options {
   int tp = 2;
+  int dp = 1;                          // data-parallel replicas: a dp × tp mesh (tools/verify/data_parallel.hpp)
+  bool zero = false;                   // --zero: the sharded optimizer (ZeRO-1) on dp
+  std::size_t bucket = std::size_t{1} << 16;  // --bucket: values per data-parallel gradient bucket (0: one per tensor)
   bool sp = false;
   int layers = 2;
   Index hidden = 64, heads = 8, groups = 0, ffn = 0, seq = 32, batch = 2, vocab = 1000, vocab_divisor = 128;
@@ -116,7 +119,7 @@ inline void check_trace_path(const std::string& path) {
 /// rank's parameters) and both runs' activations (nn::expected_activations), plus the dense
 /// reference in double (3 copies of every parameter, the TP-1 activations). Threads hold every
 /// rank in this process; under mpirun one process holds one rank and (at most) the reference.
-inline void check_memory(const Options& o, int p) {
+inline void check_memory(const Options& o, int p, int replicas = 1) {
   const double pages = static_cast<double>(::sysconf(_SC_PHYS_PAGES));
   const double page = static_cast<double>(::sysconf(_SC_PAGE_SIZE));
   if (pages <= 0 || page <= 0) return;  // unknown: nothing to compare with
@@ -132,14 +135,14 @@ inline void check_memory(const Options& o, int p) {
   dense_cfg.sp = false;
   const double dense = 3 * params_dense * 8 + nn::expected_activations(dense_cfg, 1, 8).total();
   const bool threads = o.backend != "mpi";
-  const double need = (threads ? p : 1) * per_rank + dense;
+  const double need = (threads ? p * replicas : 1) * per_rank * (replicas > 1 ? 2 : 1) + dense;
   if (need > 0.8 * machine) {
     auto gib = [](double b) { return shardalg::detail::cat(std::round(b / (1 << 30) * 10) / 10, " GiB"); };
     auto mib = [&](double b) {
       return b >= (1 << 30) ? gib(b) : shardalg::detail::cat(std::round(b / (1 << 20) * 10) / 10, " MiB");
     };
     throw ConfigError(shardalg::detail::cat("this run needs about ", gib(need), " of memory (estimate: ",
-                                            threads ? std::to_string(p) + " ranks × " : std::string("one rank, "),
+                                            threads ? std::to_string(p * replicas) + " ranks × " : std::string("one rank, "),
                                             mib(per_rank), threads ? " each" : "", ", plus ", gib(dense),
                                             " for the dense reference), more than 80% of this machine's ", gib(machine)));
   }
@@ -152,6 +155,10 @@ inline void validate(const Options& o, int p) {
     if (v < 1) throw ConfigError(cat(what, " ", v, " must be at least 1"));
   };
   positive("--tp", p);
+  positive("--dp", o.dp);
+  if (o.batch % o.dp != 0)
+    throw ConfigError(cat("--batch ", o.batch, " is not divisible by --dp ", o.dp, " (each replica takes batch/dp sequences)"));
+  if (o.zero && o.dp < 2) throw ConfigError("--zero shards the optimizer over data-parallel replicas: it needs --dp 2 or more");
   if (o.seed_arg < 0) throw ConfigError(cat("--seed ", o.seed_arg, " must not be negative"));
   positive("--layers", o.layers);
   positive("--hidden", o.hidden);
@@ -171,7 +178,7 @@ inline void validate(const Options& o, int p) {
   nn::VocabParallelEmbedding<double>::check_padding("VocabParallelEmbedding", o.vocab, padded, p);
   if (o.sp) nn::SequenceParallelBlock<double>::check_tokens(o.tokens(), p);
   check_trace_path(o.trace);
-  check_memory(o, p);
+  check_memory(o, p, o.dp);
 }
 
 }  // namespace sv

@@ -77,7 +77,14 @@ std::string format_json(const Options& o, int p, const RankResult& r, bool pass,
                  {"dropout", o.dropout},
                  {"activation", o.act},
                  {"norm", o.norm},
-                 {"bias", !o.no_bias}};
+                 {"bias", !o.no_bias},
+                 {"dp", r.dp},
+                 {"zero", o.zero},
+                 {"bucket_elements", o.bucket}};
+  if (r.dp_figures.zero)
+    j["zero"] = {{"moments_bytes_measured", r.dp_figures.state_bytes},
+                 {"moments_bytes_formula", r.dp_figures.formula_bytes},
+                 {"adam_moments_bytes", r.dp_figures.adam_bytes}};
   j["tolerance"] = o.tolerance();
   json samples = json::array();
   for (const auto& s : r.cal.samples)
@@ -97,7 +104,7 @@ std::string format_json(const Options& o, int p, const RankResult& r, bool pass,
                         {"max_abs", c.err.max_abs},
                         {"pass", c.pass}});
     }
-    if (row.key == "gpt") {
+    if (row.key == "gpt" || row.key == "dp") {
       rows.push_back({{"name", row.name},
                       {"checks", checks},
                       {"max_error", row.max_error()},

@@ -74,7 +74,8 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
   fmt::format_to(out, "model    GPT: {} layers, hidden {}, {} heads of {} ({} query groups), ffn {}, {}×{} = {} tokens,\n",
                  o.layers, o.hidden, o.heads, d, o.num_groups(), o.ffn_size(), o.batch, o.seq, o.tokens());
   fmt::format_to(out, "         vocab {} (padded {}), {}, {}, dropout {:g}, {}\n", o.vocab, padded, o.norm, o.act, o.dropout, o.dtype);
-  fmt::format_to(out, "sharded  TP={} on {}, {}\n", p, r.backend_name, o.sp ? "sequence parallel" : "no sequence parallelism");
+  fmt::format_to(out, "sharded  TP={}{} on {}, {}\n", p, r.dp > 1 ? fmt::format(" × DP={}", r.dp) : "", r.backend_name,
+                 o.sp ? "sequence parallel" : "no sequence parallelism");
   const double beta = r.cal.link.beta_bytes_per_second;
   fmt::format_to(out, "link     α = {}, β = {}  (fitted on this group: all-reduce of 4 KiB … 1 MiB, fastest of 9)\n",
                  format_time(r.cal.link.alpha_seconds), std::isfinite(beta) ? fmt::format("{:.3g} GB/s", beta / 1e9) : "∞");
@@ -102,6 +103,11 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
   fmt::format_to(out,
                  "  (AR all_reduce, AG all_gather, RS reduce_scatter; bytes: the dense V of each, as the ledger counts;\n"
                  "   nn::Gpt's analytic column is the layer-by-layer run's ledger: the model class must communicate the same)\n");
+  if (r.dp > 1)
+    fmt::format_to(out,
+                   "  (DataParallelGpt: its collectives on the dp axis only — forward: the global loss; backward: the\n"
+                   "   gradient buckets' all_reduce, or ZeRO-1's reduce_scatter + all_gather and the norm — beside the\n"
+                   "   count from the configuration: Ψ local values per tensor-parallel rank, packed greedily into buckets)\n");
 
   // 3. time and memory (the layer-by-layer run; nn::Gpt is a second run of the same model)
   constexpr auto kTimeRow = "{:<17}{:>14}{:>11}{:>12}{:>11}{:>12}{:>12}{:>13}\n";
@@ -112,7 +118,7 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
                    format_bytes(double(m.params)), format_bytes(double(m.grads)), format_bytes(double(m.activations)));
   };
   for (const auto& row : r.rows)
-    if (row.key != "gpt") time_row(row.name, row.predicted_s, row.measured_s, row.measured_max_s, row.compute_s, row.mem);
+    if (row.key != "gpt" && row.key != "dp") time_row(row.name, row.predicted_s, row.measured_s, row.measured_max_s, row.compute_s, row.mem);
   const Totals t = totals(r.rows);
   time_row("total", t.predicted_s, t.measured_s, t.measured_max_s, t.compute_s, t.mem);
   fmt::format_to(out,
@@ -121,6 +127,14 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
                  "  compute: the slowest rank's layer time minus its collectives; memory: bytes of this rank's tensors\n");
 
   if (r.explain) explain_text(out, *r.explain, p);
+  if (r.dp_figures.zero)
+    fmt::format_to(out,
+                   "\nZeRO-1   optimizer moments per rank: measured {} = formula 2·e·Σ_b⌈n_b/dp⌉ {} ({}); unsharded Adam would "
+                   "hold {} (×{:.2f})\n",
+                   format_bytes(double(r.dp_figures.state_bytes)), format_bytes(double(r.dp_figures.formula_bytes)),
+                   r.dp_figures.state_bytes == r.dp_figures.formula_bytes ? "equal" : "DIFFERENT",
+                   format_bytes(double(r.dp_figures.adam_bytes)),
+                   r.dp_figures.state_bytes ? double(r.dp_figures.adam_bytes) / double(r.dp_figures.state_bytes) : 0.0);
 
   fmt::format_to(out, "\nsummary  {}/{} checks passed, max error {} (threshold {}); loss {:.10g} (dense {:.10g})\n",
                  t.checks - t.failed, t.checks, format_err(t.max_error), format_err(o.tolerance()), r.loss, r.loss_ref);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "explain_block.hpp"
+#include "model.hpp"
 #include "shardalg/cost/cost.hpp"
 #include "shardalg/verify/check.hpp"
 #include "shardalg/verify/memory.hpp"
@@ -36,6 +37,18 @@ struct Row : verify::LayerCheck {
   [[nodiscard]] bool pass() const { return comm_ok() && all_pass(); }
 };
 
+/// --dp --zero: the sharded optimizer's moments on one rank, measured and by the formula, and
+/// what unsharded Adam would hold (2Ψ values).
+struct DpFigures {
+  bool zero = false;
+  std::size_t state_bytes = 0, formula_bytes = 0, adam_bytes = 0;
+};
+
+/// The --dp row's name (fits the report's first column): "DP=2 Gpt", "DP=2 Gpt ZeRO".
+inline std::string fmt_dp_name(int d, int /*t*/, bool zero) {
+  return "DP=" + std::to_string(d) + " Gpt" + (zero ? " ZeRO" : "");
+}
+
 struct RankResult {  // filled on rank 0
   std::vector<Row> rows;
   std::vector<LedgerEntry> ledger;
@@ -45,9 +58,13 @@ struct RankResult {  // filled on rank 0
   double loss = 0, loss_ref = 0;
   double step_seconds = 0, dense_seconds = 0;
   std::string backend_name;
+  int dp = 1;
+  DpFigures dp_figures;
+  DenseRun dense;  // the dense reference pass (rank 0), which the --dp row compares with too
 };
 
-/// The totals over the layer rows (the nn::Gpt row, key "gpt", is a second run: not summed).
+/// The totals over the layer rows (the nn::Gpt row, key "gpt", and the data-parallel row, key
+/// "dp", are further runs: not summed).
 struct Totals {
   std::size_t checks = 0, failed = 0;
   double max_error = 0, predicted_s = 0, measured_s = 0, measured_max_s = 0, compute_s = 0;
@@ -60,7 +77,7 @@ inline Totals totals(const std::vector<Row>& rows) {
     t.checks += row.checks.size();
     t.failed += row.failures();
     t.max_error = std::max(t.max_error, row.max_error());
-    if (row.key == "gpt") continue;
+    if (row.key == "gpt" || row.key == "dp") continue;
     t.predicted_s += row.predicted_s;
     t.measured_s += row.measured_s;
     t.measured_max_s += row.measured_max_s;

@@ -49,7 +49,7 @@ void run_rank(Group raw, const Options& o, const DenseModel& dm, RankResult* out
   using Norm = nn::LayerNorm<T>;
   using RGrads = typename nn::TransformerBlock<T>::ParamGrads;  // = SequenceParallelBlock::ReducedGrads
   const int p = raw.size(), rank = raw.rank();
-  const bool root = rank == 0;
+  const bool root = rank == 0 && out != nullptr;  // with --dp: only the world's rank 0 reports
   // a progress line; `phase`: a new phase (printed even within a second of the last line)
   auto say = [&](const std::string& s, bool phase = false) {
     if (root) progress(s, phase);
@@ -371,6 +371,7 @@ void run_rank(Group raw, const Options& o, const DenseModel& dm, RankResult* out
   out->explain = std::move(explain);
   out->loss = static_cast<double>(lf->mean);
   out->loss_ref = dr->out.mean;
+  out->dense = std::move(*dr);
   out->step_seconds = step_seconds;
   out->dense_seconds = dense_seconds;
   out->trace_events = std::move(all_events);

@@ -1,0 +1,181 @@
+// tools/verify/data_parallel.hpp — `--dp D`: the GPT on a dp × tp mesh (nn::DataParallelGpt),
+// one step on the global batch, against the dense reference of the whole batch; its data-parallel
+// collectives beside the analytic ones; with `--zero`, the sharded optimizer's step and the bytes
+// of its moments beside the formula.
+//
+//   forward_backward   dp: all_reduce of 1 value (the global mean loss)            scope dp.loss
+//   reduce             dp: one all_reduce per gradient bucket, Ψ values in all      scope dp.grads
+//   --zero step        dp: one reduce_scatter and one all_gather per bucket (each padded to a
+//                      multiple of D), one all_reduce of 2 values (the gradient norm's parts)
+//
+// Ψ, the parameter values one tensor-parallel rank holds, and the bucket count come from the
+// configuration here (shapes and layouts), not from the model: a model that moved other bytes, or
+// packed its buckets differently, fails the row.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model.hpp"
+#include "options.hpp"
+#include "result.hpp"
+#include "shardalg/mesh/mesh.hpp"
+#include "shardalg/nn/attention.hpp"
+#include "shardalg/nn/data_parallel.hpp"
+#include "shardalg/verify/verify.hpp"
+
+namespace sv {
+
+/// The local values of one parameter on a tensor-parallel rank of `p`, from its name: column-
+/// parallel tensors (QKV, fc1: weight and bias) hold out/p columns, row-parallel weights (proj,
+/// fc2) and the embedding in/p rows, everything else (norms, the row-parallel biases) all of it.
+inline Index expected_local_elements(const std::string& name, const Options& o, int p) {
+  const Index h = o.hidden, d = o.hidden / o.heads, f = o.ffn_size();
+  const bool glu = o.activation() == nn::Activation::swiglu;
+  const nn::QkvLayout qkv{o.heads, o.num_groups(), d, p};  // GQA: replicated K/V copies widen a rank's block
+  auto ends = [&](const char* s) {
+    const std::string t(s);
+    return name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0;
+  };
+  if (name == "embedding.weight") return nn::padded_vocab(o.vocab, o.vocab_divisor, p) / p * h;
+  if (ends("attn.qkv.weight")) return h * qkv.rank_width();
+  if (ends("attn.qkv.bias")) return qkv.rank_width();
+  if (ends("attn.proj.weight")) return h / p * h;
+  if (ends("mlp.fc1.weight")) return h * (glu ? 2 : 1) * f / p;
+  if (ends("mlp.fc1.bias")) return (glu ? 2 : 1) * f / p;
+  if (ends("mlp.fc2.weight")) return f / p * h;
+  return h;  // norms' γ and β, attn.proj.bias, mlp.fc2.bias: [1, h] on every rank
+}
+
+/// The bucket sizes of the greedy packing (nn/grad_buckets.hpp's rule, restated): in order, a
+/// parameter that does not fit the open bucket starts a new one; 0 elements: one per parameter.
+inline std::vector<Index> expected_buckets(const std::vector<Index>& sizes, std::size_t cap) {
+  std::vector<Index> b;
+  for (Index n : sizes) {
+    if (b.empty() || cap == 0 || static_cast<std::size_t>(b.back() + n) > cap) b.push_back(0);
+    b.back() += n;
+  }
+  return b;
+}
+
+/// Rank 0 of the world gets the row in `out`; every rank of the mesh must call.
+template <class T, bool SP>
+void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const DenseRun* dense, Row* out,
+            DpFigures* figures) {
+  const int D = raw_mesh.size("dp"), P = raw_mesh.size("tp");
+  const std::size_t elem = sizeof(T);
+  const double tol = o.tolerance();
+  Ledger ledger;
+  const Mesh mesh(ledgered(raw_mesh.world(), ledger), raw_mesh.axes());
+  const nn::GptConfig gc = gpt_config(o, SP);  // gc.batch: the global batch
+  typename nn::DataParallelGpt<T>::Options dpo;
+  dpo.bucket_elements = o.bucket;
+  auto model = nn::DataParallelGpt<T>::init(gc, mesh, dpo);
+  model.load(to_masters(o, dm.g));
+  model.replica().check_finite(true);
+
+  T loss{};
+  {
+    auto s = ledger.scope("dp");
+    loss = model.forward_backward(dm.ids, dm.targets);
+  }
+  const std::size_t after_step = ledger.entries().size();
+  nn::Masters grads;
+  if (!o.zero) {
+    auto s = ledger.scope("dp_reduce");
+    grads = model.grad_masters();  // all_reduce<dp> per bucket, then a gather over tp (not counted)
+  }
+  // --zero: one sharded-optimizer step, and the same step with Adam on one rank over the whole batch.
+  std::optional<nn::Masters> zero_params, one_params;
+  std::size_t state_bytes = 0;
+  if (o.zero) {
+    nn::ShardedAdam<T> zero;
+    {
+      auto s = ledger.scope("dp_reduce");
+      model.step(zero, 1.0);
+    }
+    state_bytes = zero.state_bytes();
+    zero_params = model.masters();
+    auto one = nn::Gpt<T>::from_masters(gc, to_masters(o, dm.g), Group(SelfComm{}));
+    nn::Adam<T> adam;
+    one.forward_backward(dm.ids, dm.targets);
+    one.step(adam, 1.0);
+    one_params = one.masters();
+  }
+  const bool root = mesh.world().rank() == 0;
+  if (!root) return;
+
+  // Ψ and the buckets, from the configuration, in the model's visit order.
+  const auto& plan = model.plan();
+  std::vector<Index> sizes;
+  for (const auto& s : plan.slots) sizes.push_back(expected_local_elements(s.name, o, P));
+  const auto buckets = expected_buckets(sizes, o.bucket);
+  Index psi = 0, padded = 0;
+  for (Index b : buckets) psi += b, padded += (b + D - 1) / D * D;
+
+  Row row(fmt_dp_name(D, P, o.zero), "dp", {}, tol);
+  const auto dpe = [&](const LedgerEntry& e) { return e.axis == "dp"; };
+  row.ledger_fwd = verify::tally_if(std::vector<LedgerEntry>(ledger.entries().begin(), ledger.entries().begin() + static_cast<std::ptrdiff_t>(after_step)), dpe);
+  row.ledger_bwd = verify::tally_if(std::vector<LedgerEntry>(ledger.entries().begin() + static_cast<std::ptrdiff_t>(after_step), ledger.entries().end()), dpe);
+  row.analytic_fwd.add(CollectiveKind::all_reduce, elem);  // the loss: one value
+  const auto n = buckets.size();
+  if (!o.zero) {
+    for (Index b : buckets) row.analytic_bwd.add(CollectiveKind::all_reduce, static_cast<std::size_t>(b) * elem);
+  } else {
+    for (Index b : buckets) {
+      const auto pb = static_cast<std::size_t>((b + D - 1) / D * D) * elem;
+      row.analytic_bwd.add(CollectiveKind::reduce_scatter, pb);
+      row.analytic_bwd.add(CollectiveKind::all_gather, pb);
+    }
+    if (D > 1) row.analytic_bwd.add(CollectiveKind::all_reduce, 2 * sizeof(double));  // the norm's two parts
+  }
+
+  row.checks.push_back(verify::check_scalar("mean loss (global batch)", static_cast<double>(loss), dense->out.mean, tol));
+  row.checks.push_back(verify::check_flag("Ψ = " + std::to_string(psi) + " local values in " + std::to_string(n) +
+                                              " buckets, as packed by the model",
+                                          plan.parameters() == psi && plan.buckets() == n));
+  if (!o.zero) {
+    const auto expect = fuse_parts(grad_masters(o, dense->grads));
+    const auto got = fuse_parts(grads);
+    for (const auto& [name, m] : expect) {
+      verify::Check ck{"d " + name + " (all_reduce<dp>)", {}, false};
+      auto it = got.find(name);
+      if (it == got.end()) ck.err.max_rel = ck.err.max_abs = std::numeric_limits<double>::infinity();
+      else ck.err = compare(it->second, m);
+      ck.pass = ck.err.within(tol);
+      row.checks.push_back(ck);
+    }
+  } else {
+    // One check over the whole model, normwise: a tensor whose gradient is rounding noise (the key
+    // bias: softmax ignores a shift of a row) gets an Adam step of noise / noise, so a per-tensor
+    // relative error would compare rounding with rounding.
+    double num = 0, den = 0;
+    bool all_there = true;
+    for (const auto& [name, m] : *one_params) {
+      auto it = zero_params->find(name);
+      if (it == zero_params->end() || it->second.rows() != m.rows() || it->second.cols() != m.cols()) {
+        all_there = false;
+        continue;
+      }
+      num += (it->second.template cast<double>() - m.template cast<double>()).squaredNorm();
+      den += m.template cast<double>().squaredNorm();
+    }
+    verify::Check ck{"every parameter after one ZeRO-1 step (vs Adam on one rank, whole model)", {}, false};
+    ck.err.max_abs = std::sqrt(num);
+    ck.err.max_rel = all_there ? std::sqrt(num / den) : std::numeric_limits<double>::infinity();
+    ck.pass = all_there && ck.err.max_rel <= tol;
+    row.checks.push_back(ck);
+    // The moments: 2 values per padded slot value, 1/D of them on this rank.
+    const std::size_t formula = 2 * elem * static_cast<std::size_t>(padded / D);
+    row.checks.push_back(verify::check_flag("ZeRO-1 moments held = 2·e·Σ⌈n_b/D⌉ = " + std::to_string(formula) + " B",
+                                            state_bytes == formula));
+    if (figures) *figures = DpFigures{true, state_bytes, formula, 2 * elem * static_cast<std::size_t>(psi)};
+  }
+  *out = std::move(row);
+}
+
+}  // namespace sv
