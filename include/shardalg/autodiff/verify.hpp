@@ -1,0 +1,268 @@
+// shardalg/autodiff/verify.hpp — verify any differentiable program against its dense twin.
+//
+//   auto program = [](ad::Builder<double>& b) {
+//     auto x = b.input<Invariant>("x");                 // shard<Invariant>(inputs["x"], group)
+//     auto w = b.input<ColSharded>("w");
+//     b.output("y", ad::matmul(ad::copy_to(x), w));     // y[C]
+//   };
+//   auto report = ad::verify(program, {{"x", X}, {"w", W}}, {.worlds = {2, 4}});
+//   std::cout << report.text();                          // report.pass()
+//
+// For P = 1 (the dense twin: the same program on a group of one, where every layout is the whole
+// matrix) and each requested world size, on ThreadComm ranks: the program's forward, then its
+// derived backward from a fixed random cotangent D_o of every output (sharded to cot(L_o); a
+// Partial one as random summands), then every output and every input's gradient gathered with
+// to_dense. Reported per output and per gradient: the normwise relative error of P against P = 1;
+// and for P = 1, a central finite-difference check of every gradient of L(x) = Σ_o ⟨y_o(x), D_o⟩
+// (double; `fd_samples` entries per input, h = 1e-5·max(1, |x|); the error is normwise over the
+// samples, relative to the gradient's norm scaled to their share). The report's columns are
+// shardalg-verify's: name, checks, max rel error, worst, PASS / FAIL.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "shardalg/autodiff/tape.hpp"
+#include "shardalg/comm/thread.hpp"
+#include "shardalg/core/dense.hpp"
+
+namespace shardalg::ad {
+
+/// Named dense matrices (double): a program's inputs, outputs or gradients.
+using Named = std::map<std::string, Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+/// What a program sees on one rank: its inputs sharded by the layout it asks for, and where its
+/// outputs go. Every rank's program must ask for the same inputs in the same layouts.
+template <Element T, class B = CpuBackend>
+class Builder {
+ public:
+  using Dense = Named::mapped_type;
+  Builder(Tape& tape, Group g, const Named& inputs) : tape_(&tape), g_(std::move(g)), inputs_(&inputs) {}
+
+  /// A differentiated input (or parameter) `name`, as layout L; its gradient is reported.
+  template <Layout L>
+  Var<T, L, B> input(const std::string& name) {
+    auto v = tape_->input(shard_as<L>(name));
+    grads_.emplace(name, [v](const Tape& t) { return gathered(t.grad(v)); });
+    return v;
+  }
+  /// An input that is not differentiated (no gradient reported).
+  template <Layout L>
+  Var<T, L, B> constant(const std::string& name) {
+    return tape_->constant(shard_as<L>(name));
+  }
+  /// An output: seeded with D_name (the same dense cotangent on every world) and reported.
+  template <class L>
+  void output(const std::string& name, const Var<T, L, B>& y) {
+    outputs_.emplace(name, gathered(y.value()));
+    const Dense d = cotangent_of(name, y.rows(), y.cols());
+    tape_->seed(y, cotangent_shard<cot_t<L>>(d));
+  }
+
+  [[nodiscard]] const Group& group() const { return g_; }
+  [[nodiscard]] Tape& tape() { return *tape_; }
+
+  // Used by verify(): run the backward, collect.
+  Named take_outputs() { return std::move(outputs_); }
+  Named gradients() const {
+    Named out;
+    for (const auto& [name, f] : grads_) out.emplace(name, f(*tape_));
+    return out;
+  }
+  /// The fixed cotangent of output `name` (a function of the name and the shape only).
+  static Dense cotangent_of(const std::string& name, Index rows, Index cols) {
+    std::uint64_t h = 1469598103934665603ULL;
+    for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+    std::mt19937_64 gen(h);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    Dense d(rows, cols);
+    for (Index i = 0; i < rows; ++i)
+      for (Index j = 0; j < cols; ++j) d(i, j) = u(gen);
+    return d;
+  }
+
+ private:
+  template <Layout L>
+  Sharded<T, L, B> shard_as(const std::string& name) {
+    auto it = inputs_->find(name);
+    if (it == inputs_->end()) throw AutodiffError(shardalg::detail::cat("ad::verify: the program asks for input \"", name, "\", which is not given"));
+    const Dense& d = it->second;
+    if constexpr (std::is_same_v<L, Partial>) {
+      return partial_shard(d.template cast<T>());
+    } else {
+      const typename B::template matrix<T> m = d.template cast<T>();
+      return shard<L>(m, g_);
+    }
+  }
+  /// A Partial whose summands are random (rank 0 takes the rest), so a mistake that keeps one
+  /// rank's summand does not pass by luck.
+  template <class M>
+  Sharded<T, Partial, B> partial_shard(const M& d) const {
+    const int p = g_.size(), r = g_.rank();
+    typename B::template matrix<T> part = B::template zeros<T>(d.rows(), d.cols());
+    std::mt19937_64 gen(0x5eed);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    typename B::template matrix<T> rest = d;
+    for (int s = 1; s < p; ++s) {
+      typename B::template matrix<T> x(d.rows(), d.cols());
+      for (Index i = 0; i < x.size(); ++i) x.data()[i] = static_cast<T>(u(gen));
+      rest -= x;
+      if (s == r) part = x;
+    }
+    if (r == 0) part = rest;
+    return Sharded<T, Partial, B>(std::move(part), d.rows(), d.cols(), g_);
+  }
+  template <Layout CL>
+  Sharded<T, CL, B> cotangent_shard(const Dense& d) const {
+    if constexpr (std::is_same_v<CL, Partial>) {
+      return partial_shard(d.template cast<T>());
+    } else {
+      const typename B::template matrix<T> m = d.template cast<T>();
+      return shard<CL>(m, g_);
+    }
+  }
+  template <class L>
+  static Dense gathered(const Sharded<T, L, B>& x) {
+    return to_dense(x).template cast<double>();
+  }
+
+  Tape* tape_;
+  Group g_;
+  const Named* inputs_;
+  Named outputs_;
+  std::map<std::string, std::function<Dense(const Tape&)>> grads_;
+};
+
+struct VerifyOptions {
+  std::vector<int> worlds = {2, 4};  // thread world sizes checked against P = 1
+  double tolerance = 1e-12;          // normwise relative error, outputs and gradients vs P = 1
+  double fd_tolerance = 1e-7;        // relative error of the central differences (double)
+  int fd_samples = 12;               // entries per input checked by finite differences (0: none)
+};
+
+struct VerifyCheck {
+  std::string name;  // "y" (output), "d w" (gradient), "fd d w" (finite differences)
+  int world = 1;
+  double error = 0;
+  bool pass = true;
+};
+
+struct VerifyReport {
+  std::vector<VerifyCheck> checks;
+  Named outputs, gradients;  // at P = 1
+  [[nodiscard]] bool pass() const {
+    return std::all_of(checks.begin(), checks.end(), [](const VerifyCheck& c) { return c.pass; });
+  }
+  /// One line per check, then PASS or FAIL (the format of shardalg-verify's rows).
+  [[nodiscard]] std::string text() const {
+    std::ostringstream os;
+    os << "ad::verify — the program's forward and derived backward, sharded vs its dense twin (P = 1)\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "%-28s %6s  %-13s %s\n", "check", "world", "max rel error", "");
+    os << line;
+    for (const auto& c : checks) {
+      std::snprintf(line, sizeof line, "%-28s %6d  %-13.1e %s\n", c.name.c_str(), c.world, c.error, c.pass ? "" : "FAIL");
+      os << line;
+    }
+    os << (pass() ? "PASS\n" : "FAIL\n");
+    return os.str();
+  }
+};
+
+namespace detail {
+inline double rel_error(const Named::mapped_type& got, const Named::mapped_type& want) {
+  if (got.rows() != want.rows() || got.cols() != want.cols()) return std::numeric_limits<double>::infinity();
+  const double scale = want.norm();
+  const double diff = (got - want).norm();
+  return scale > 0 ? diff / scale : diff;
+}
+
+/// One run of the program on p thread ranks: rank 0's gathered outputs and gradients.
+template <Element T, class B, class Program>
+std::pair<Named, Named> run_program(Program& program, const Named& inputs, int p) {
+  Named outs, grads;
+  std::mutex m;
+  run_ranks(p, [&](ThreadComm& comm) {
+    Tape tape;
+    Builder<T, B> b(tape, Group(comm), inputs);
+    program(b);
+    tape.run();
+    auto o = b.take_outputs();
+    auto g = b.gradients();
+    if (comm.rank() == 0) {
+      std::lock_guard lk(m);
+      outs = std::move(o);
+      grads = std::move(g);
+    }
+  });
+  return {std::move(outs), std::move(grads)};
+}
+
+/// L(x) = Σ_o ⟨y_o(x), D_o⟩ at P = 1.
+template <Element T, class B, class Program>
+double objective(Program& program, const Named& inputs) {
+  auto [outs, grads] = run_program<T, B>(program, inputs, 1);
+  double l = 0;
+  for (const auto& [name, y] : outs) l += y.cwiseProduct(Builder<T, B>::cotangent_of(name, y.rows(), y.cols())).sum();
+  return l;
+}
+}  // namespace detail
+
+/// Verify `program` (a callable taking Builder<T>&) on `inputs`: see the file's comment.
+template <Element T = double, class B = CpuBackend, class Program>
+VerifyReport verify(Program program, const Named& inputs, const VerifyOptions& o = {}) {
+  VerifyReport rep;
+  auto [outs1, grads1] = detail::run_program<T, B>(program, inputs, 1);
+  for (int p : o.worlds) {
+    auto [outs, grads] = detail::run_program<T, B>(program, inputs, p);
+    for (const auto& [name, y] : outs1) {
+      const double e = outs.count(name) ? detail::rel_error(outs.at(name), y) : std::numeric_limits<double>::infinity();
+      rep.checks.push_back({name, p, e, e <= o.tolerance});
+    }
+    for (const auto& [name, g] : grads1) {
+      const double e = grads.count(name) ? detail::rel_error(grads.at(name), g) : std::numeric_limits<double>::infinity();
+      rep.checks.push_back({"d " + name, p, e, e <= o.tolerance});
+    }
+  }
+  // Central differences of L at P = 1, on `fd_samples` entries of each input (evenly spread).
+  if constexpr (std::is_same_v<T, double>) {
+    if (o.fd_samples > 0) {
+      for (const auto& [name, g] : grads1) {
+        const auto& x = inputs.at(name);
+        const Index n = x.size(), k = std::min<Index>(n, o.fd_samples);
+        double num = 0, den = 0;
+        for (Index s = 0; s < k; ++s) {
+          const Index idx = k == n ? s : (s * (n - 1)) / std::max<Index>(k - 1, 1);
+          Named in = inputs;
+          const double x0 = x.data()[idx], h = 1e-5 * std::max(1.0, std::abs(x0));
+          in.at(name).data()[idx] = x0 + h;
+          const double lp = detail::objective<T, B>(program, in);
+          in.at(name).data()[idx] = x0 - h;
+          const double lm = detail::objective<T, B>(program, in);
+          const double fd = (lp - lm) / (2 * h), an = g.data()[idx];
+          num += (fd - an) * (fd - an);
+          den += an * an;
+        }
+        // Relative to the gradient's scale: the sampled entries' share of its norm (a sample of
+        // tiny entries would otherwise measure only the differences' rounding).
+        (void)den;
+        const double scale = g.norm() * std::sqrt(static_cast<double>(k) / static_cast<double>(n));
+        const double e = scale > 0 ? std::sqrt(num) / scale : std::sqrt(num);
+        rep.checks.push_back({"fd d " + name, 1, e, e <= o.fd_tolerance});
+      }
+    }
+  }
+  rep.outputs = std::move(outs1);
+  rep.gradients = std::move(grads1);
+  return rep;
+}
+
+}  // namespace shardalg::ad
