@@ -10,6 +10,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "../support/all_to_allv_cases.hpp"
 #include "cuda_testing.hpp"
 #include "shardalg/cuda/sim_world.hpp"
 
@@ -207,4 +208,69 @@ TEST_CASE("sim protocol: split makes the mesh's axis groups (2x2, 2x2x2); a fail
                                             t.all_reduce(&x, 1, DType::f64, ReduceOp::sum);
                                           }),
                        "rank 3 failed", std::runtime_error);
+}
+
+TEST_CASE("sim protocol: all_to_allv with random counts and zeros, its count check, isend/irecv") {
+  namespace a2av = testing::a2av;
+  for (int P : kSizes) {
+    CAPTURE(P);
+    for (std::uint64_t seed = 0; seed < 3; ++seed) {
+      const auto c = a2av::counts(P, 17 * seed + static_cast<std::uint64_t>(P));
+      std::vector<std::size_t> wrong(static_cast<std::size_t>(P), 99);
+      std::vector<std::size_t> elements(static_cast<std::size_t>(P), 0);
+      run_host_sim_ranks(P, [&](HostComm& comm) {
+        Ledger ledger;
+        Group g = ledgered(comm, ledger);
+        std::size_t w = a2av::run_and_count_wrong<double>(g, c, CallInfo{"Row", "Row"});
+        w += a2av::run_and_count_wrong<std::int32_t>(g, c);
+        wrong[static_cast<std::size_t>(comm.rank())] = w;
+        elements[static_cast<std::size_t>(comm.rank())] = ledger.entries().at(0).elements;
+      });
+      for (int r = 0; r < P; ++r) {
+        std::size_t sent = 0;
+        for (auto k : c[static_cast<std::size_t>(r)]) sent += k;
+        CHECK(wrong[static_cast<std::size_t>(r)] == 0);
+        CHECK(elements[static_cast<std::size_t>(r)] == sent);  // all_to_all of Σ send_counts
+      }
+    }
+    std::vector<int> ring(static_cast<std::size_t>(P), 99);
+    run_host_sim_ranks(P, [&](HostComm& comm) {
+      Group g = comm;
+      CHECK(g.async_p2p());
+      ring[static_cast<std::size_t>(comm.rank())] = a2av::ring_exchange(g, 5);
+      comm.barrier();
+      if (comm.rank() == 0) CHECK_EQ(comm.world().pending_messages(), 0u);
+    });
+    for (int w : ring) CHECK(w == 0);
+  }
+  // The counts are compared before any copy: the same error on every rank.
+  std::vector<std::string> got(3, "ok");
+  run_host_sim_ranks(3, [&](HostComm& comm) {
+    Group g = comm;
+    try {
+      a2av::mismatched_counts(g);
+    } catch (const CollectiveMismatchError& e) {
+      got[static_cast<std::size_t>(comm.rank())] = e.what();
+    }
+  });
+  for (const auto& s : got) CHECK(s == std::string("SimComm: ") + a2av::mismatched_counts_text);
+  // irecv's test() does not block: false until rank 1 has sent (after the barrier).
+  std::vector<int> seen(2, -1);
+  run_host_sim_ranks(2, [&](HostComm& comm) {
+    double x = 0;
+    if (comm.rank() == 0) {
+      Request rq = comm.irecv(&x, 1, DType::f64, 1);
+      seen[0] = rq.test() ? 1 : 0;
+      comm.barrier();
+      comm.barrier();
+      rq.wait();
+      seen[1] = x == 7.0;
+    } else {
+      comm.barrier();
+      x = 7.0;
+      Request rq = comm.isend(&x, 1, DType::f64, 0);
+      comm.barrier();
+    }
+  });
+  CHECK(seen == std::vector<int>{0, 1});
 }

@@ -37,6 +37,7 @@ enum class CheckedOp : std::uint8_t {
   broadcast,
   barrier,
   end_of_body,  // ThreadComm: the rank returned from run_ranks' body
+  all_to_allv,  // count: the elements this rank sends (they differ by rank: not compared)
 };
 
 constexpr std::string_view to_string(CheckedOp k) {
@@ -50,6 +51,7 @@ constexpr std::string_view to_string(CheckedOp k) {
     case CheckedOp::broadcast: return "broadcast";
     case CheckedOp::barrier: return "barrier";
     case CheckedOp::end_of_body: return "the end of its run_ranks body";
+    case CheckedOp::all_to_allv: return "all_to_allv";
   }
   return "?";
 }
@@ -79,7 +81,8 @@ struct Fingerprint {
 inline bool same_call(const Fingerprint& a, const Fingerprint& b) {
   if (a.op != b.op || a.seq != b.seq) return false;
   if (!a.moves_data()) return true;
-  return a.dtype == b.dtype && a.count == b.count && (!a.reduces() || a.reduce == b.reduce) &&
+  return a.dtype == b.dtype && (a.count == b.count || a.op == CheckedOp::all_to_allv) &&
+         (!a.reduces() || a.reduce == b.reduce) &&
          (a.op != CheckedOp::broadcast || a.root == b.root) && a.layout_in == b.layout_in &&
          a.layout_out == b.layout_out;
 }
@@ -146,6 +149,20 @@ std::string mismatch_text(std::string_view who, int size, At&& at) {
     if (!same_call(f0, fr))
       return cat(who, ": mismatched collectives: rank 0: ", describe(f0), "; rank ", r, ": ", describe(fr));
   }
+  return {};
+}
+
+/// all_to_allv's pairing: rank r receives recv(r, s) elements from rank s, which sends it
+/// send(s, r). "" when every pair agrees, else the text every rank raises, naming the first pair
+/// in (receiver, sender) order: "<who>: mismatched all_to_allv counts: rank 1 expects 3 elements
+/// from rank 0, which sends it 4".
+template <class Send, class Recv>
+std::string all_to_allv_mismatch(std::string_view who, int size, Send&& send, Recv&& recv) {
+  for (int r = 0; r < size; ++r)
+    for (int s = 0; s < size; ++s)
+      if (recv(r, s) != send(s, r))
+        return cat(who, ": mismatched all_to_allv counts: rank ", r, " expects ", recv(r, s), " elements from rank ", s,
+                   ", which sends it ", send(s, r));
   return {};
 }
 

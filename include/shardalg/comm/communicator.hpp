@@ -12,6 +12,17 @@
 //   broadcast(buf, n, root)          buf := root's buf
 //   send / recv (point to point)     for pipeline stages
 //
+// Optionally (Group falls back where a communicator has not got them):
+//
+//   all_to_allv(send, sc, recv, rc)  counts per peer (arrays of P, elements); blocks contiguous in
+//                                    rank order, displacements the prefix sums of the counts:
+//                                    recv block s := block `rank` of rank s's send. rc[s] must
+//                                    equal rank s's sc[rank] (VariableAllToAll; no fallback:
+//                                    CommError naming the communicator)
+//   isend / irecv → Request          point to point that returns before it completes
+//                                    (AsyncPointToPoint); fallback: isend is the blocking send at
+//                                    the call, irecv the blocking recv at the Request's wait()
+//
 // Optionally, a communicator may start an all-reduce without waiting for it (AsyncAllReduce):
 //
 //   iall_reduce(buf, n) → Request    buf is Σ_ranks once the Request completes; test() drives
@@ -132,6 +143,20 @@ class Request {
   std::unique_ptr<Iface> impl_;
 };
 
+/// A communicator with the all-to-all of variable counts: send_counts[s] elements of `send` go to
+/// rank s (blocks contiguous in rank order), recv_counts[s] elements arrive from rank s.
+template <class C>
+concept VariableAllToAll = requires(C& c, const void* cp, void* p, const std::size_t* k, DType t) {
+  c.all_to_allv(cp, k, p, k, t);
+};
+
+/// A communicator whose point-to-point calls can return before they complete.
+template <class C>
+concept AsyncPointToPoint = requires(C& c, const void* cp, void* p, std::size_t n, DType t, int peer) {
+  { c.isend(cp, n, t, peer) } -> std::same_as<Request>;
+  { c.irecv(p, n, t, peer) } -> std::same_as<Request>;
+};
+
 /// A communicator that can start an all-reduce and return before it completes.
 template <class C>
 concept AsyncAllReduce = requires(C& c, void* p, std::size_t n, DType t, ReduceOp op) {
@@ -216,6 +241,27 @@ class Group {
   }
   void barrier() { get("barrier").barrier(); }
 
+  /// Variable all-to-all: send_counts[s] elements (of `send`, blocks contiguous in rank order,
+  /// displacements = prefix sums) go to rank s; recv_counts[s] elements arrive from rank s into
+  /// `recv` (likewise contiguous). Both arrays have size() entries; recv_counts[s] must equal rank
+  /// s's send_counts[rank()] (checked mode compares: CollectiveMismatchError). send and recv must
+  /// not overlap. A communicator without it: CommError naming it.
+  void all_to_allv(const void* send, const std::size_t* send_counts, void* recv, const std::size_t* recv_counts,
+                   DType t, const CallInfo& info = {}) {
+    get("all_to_allv").all_to_allv(send, send_counts, recv, recv_counts, t, info);
+  }
+  /// Start a send of buf[n] to `peer`; buf must stay alive and unchanged until the Request
+  /// completes. Without an asynchronous backend: the blocking send, at this call.
+  [[nodiscard]] Request isend(const void* buf, std::size_t n, DType t, int peer, const CallInfo& info = {}) {
+    return get("isend").isend(buf, n, t, peer, info);
+  }
+  /// Post a receive of buf[n] from `peer`; buf holds the message once the Request completes.
+  /// Without an asynchronous backend: the blocking recv, run at the Request's wait() (or its
+  /// destruction), so that posting receives before sends never deadlocks.
+  [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer, const CallInfo& info = {});
+  /// Whether isend/irecv really return before the transfer completes.
+  [[nodiscard]] bool async_p2p() const { return get("async_p2p").async_p2p(); }
+
   /// Start buf[n] := Σ_ranks buf[n]; the result is there once the Request completes. Every rank
   /// must start it (it matches the other ranks' iall_reduce, not their all_reduce). Without an
   /// asynchronous backend this runs the blocking all-reduce and returns a completed Request.
@@ -247,8 +293,15 @@ class Group {
   void broadcast(T* buf, std::size_t n, int root, const CallInfo& info = {}) {
     broadcast(static_cast<void*>(buf), n, dtype_of<T>, root, info);
   }
+  template <class T>
+  void all_to_allv(const T* send, const std::size_t* send_counts, T* recv, const std::size_t* recv_counts,
+                   const CallInfo& info = {}) {
+    all_to_allv(static_cast<const void*>(send), send_counts, static_cast<void*>(recv), recv_counts, dtype_of<T>, info);
+  }
 
  private:
+  struct DeferredRecv;  // irecv's fallback (defined below Group)
+
   struct Iface {
     virtual ~Iface() = default;
     virtual int rank() const = 0;
@@ -268,6 +321,10 @@ class Group {
     virtual void barrier() = 0;
     virtual Request iall_reduce(void*, std::size_t, DType, ReduceOp, const CallInfo&) = 0;
     virtual bool async_all_reduce() const = 0;
+    virtual void all_to_allv(const void*, const std::size_t*, void*, const std::size_t*, DType, const CallInfo&) = 0;
+    virtual Request isend(const void*, std::size_t, DType, int, const CallInfo&) = 0;
+    virtual Request irecv(void*, std::size_t, DType, int, const CallInfo&) = 0;
+    virtual bool async_p2p() const = 0;
   };
 
   template <class C>
@@ -332,6 +389,36 @@ class Group {
       }
     }
     bool async_all_reduce() const override { return shardalg::async_all_reduce(c); }
+    void all_to_allv(const void* s, const std::size_t* sc, void* r, const std::size_t* rc, DType t,
+                     const CallInfo& i) override {
+      if constexpr (requires { c.all_to_allv(s, sc, r, rc, t, i); }) c.all_to_allv(s, sc, r, rc, t, i);
+      else if constexpr (VariableAllToAll<C>) c.all_to_allv(s, sc, r, rc, t);
+      else throw CommError(shardalg::detail::cat("Group::all_to_allv: ", name(), " has no all_to_allv"));
+    }
+    Request isend(const void* b, std::size_t n, DType t, int peer, const CallInfo& i) override {
+      if constexpr (requires { c.isend(b, n, t, peer, i); }) {
+        return c.isend(b, n, t, peer, i);
+      } else if constexpr (AsyncPointToPoint<C>) {
+        return c.isend(b, n, t, peer);
+      } else {
+        send(b, n, t, peer, i);
+        return {};
+      }
+    }
+    Request irecv(void* b, std::size_t n, DType t, int peer, const CallInfo& i) override {
+      if constexpr (requires { c.irecv(b, n, t, peer, i); }) {
+        return c.irecv(b, n, t, peer, i);
+      } else if constexpr (AsyncPointToPoint<C>) {
+        return c.irecv(b, n, t, peer);
+      } else {  // unreachable: Group::irecv defers the recv itself when async_p2p() is false
+        recv(b, n, t, peer, i);
+        return {};
+      }
+    }
+    bool async_p2p() const override {
+      if constexpr (requires { c.async_p2p(); }) return c.async_p2p();
+      else return AsyncPointToPoint<C>;
+    }
   };
 
   /// The communicator, or EmptyTensorError naming the call on an empty handle.
@@ -347,6 +434,27 @@ class Group {
 };
 
 static_assert(Communicator<Group>);
+
+/// irecv's fallback: the blocking recv when the Request is waited for (the Group copy keeps the
+/// communicator alive; the layouts are copied, the caller's views may be gone by then).
+struct Group::DeferredRecv {
+  Group g;
+  void* buf;
+  std::size_t n;
+  DType t;
+  int peer;
+  std::string in, out;
+  bool verification;
+  bool test() { return false; }  // nothing runs in the background: only wait() receives
+  void wait() { g.recv(buf, n, t, peer, CallInfo{in, out, verification}); }
+};
+
+inline Request Group::irecv(void* buf, std::size_t n, DType t, int peer, const CallInfo& info) {
+  auto& c = get("irecv");
+  if (c.async_p2p()) return c.irecv(buf, n, t, peer, info);
+  return Request(DeferredRecv{*this, buf, n, t, peer, std::string(info.layout_in), std::string(info.layout_out),
+                              info.verification});
+}
 
 template <class C>
 Group Group::Model<C>::split(int color, int key, std::string_view axis) {

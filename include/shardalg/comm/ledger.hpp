@@ -10,7 +10,10 @@
 // A ledger belongs to one rank (each rank decorates its own handle). Scopes nest with '/'.
 // `elements` is the size V of the dense matrix the collective is about: n for all_reduce and
 // broadcast, P·n for all_gather and reduce_scatter (the gathered or reduced whole), P²·n for
-// all_to_all (P ranks exchange P tiles of n each). The cost model's ring factors apply to V. Verification traffic (to_dense, replica checks) is not recorded.
+// all_to_all (P ranks exchange P tiles of n each); all_to_allv is recorded as all_to_all with the
+// elements this rank sends (Σ send_counts); send/recv (and isend/irecv, recorded as send/recv when
+// they start) carry the peer rank. The cost model's ring factors apply to V. Verification traffic
+// (to_dense, replica checks) is not recorded.
 #pragma once
 
 #include <algorithm>
@@ -43,6 +46,7 @@ struct LedgerEntry {
   double start_seconds = 0;
   double end_seconds = 0;
   std::string axis = {};  // the mesh axis of the group ("dp", "tp", …), "" for a whole world
+  int peer = -1;          // point to point (send, recv, isend, irecv): the other rank; −1 for collectives
 };
 
 class Ledger {
@@ -67,11 +71,11 @@ class Ledger {
 
   /// Records a collective as it starts; returns its index (npos for verification traffic).
   std::size_t record(CollectiveKind kind, std::size_t elements, DType dtype, const CallInfo& info,
-                     int group_size, std::string_view axis = {}) {
+                     int group_size, std::string_view axis = {}, int peer = -1) {
     if (info.verification) return npos;
     const double t = now();
     entries_.push_back({kind, elements, elements * size_of(dtype), dtype, std::string(info.layout_in),
-                        std::string(info.layout_out), path_, group_size, t, t, std::string(axis)});
+                        std::string(info.layout_out), path_, group_size, t, t, std::string(axis), peer});
     const std::size_t k = entries_.size() - 1;
     if (explaining_) {
       if (open_.empty())  // a raw Group call: a line of its own
@@ -105,7 +109,9 @@ class Ledger {
          << ", \"ts\": " << e.start_seconds * 1e6 << ", \"dur\": " << (e.end_seconds - e.start_seconds) * 1e6
          << ", \"args\": {\"layouts\": \"" << json_escape(e.layout_in + " -> " + e.layout_out)
          << "\", \"elements\": " << e.elements << ", \"bytes\": " << e.bytes << ", \"dtype\": \""
-         << to_string(e.dtype) << "\", \"group_size\": " << e.group_size << "}}";
+         << to_string(e.dtype) << "\", \"group_size\": " << e.group_size;
+      if (e.peer >= 0) os << ", \"peer\": " << e.peer;
+      os << "}}";
     }
     os << "\n], \"displayTimeUnit\": \"ms\"}\n";
     return os.str();
@@ -317,14 +323,43 @@ class Ledgered {
     ledger_->finish(k);
   }
   void send(const void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) {
-    const std::size_t k = ledger_->record(CollectiveKind::send, n, t, i, size(), axis_);
+    const std::size_t k = ledger_->record(CollectiveKind::send, n, t, i, size(), axis_, peer);
     forward([&](auto& c, const auto&... info) { c.send(b, n, t, peer, info...); }, i);
     ledger_->finish(k);
   }
   void recv(void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) {
-    const std::size_t k = ledger_->record(CollectiveKind::recv, n, t, i, size(), axis_);
+    const std::size_t k = ledger_->record(CollectiveKind::recv, n, t, i, size(), axis_, peer);
     forward([&](auto& c, const auto&... info) { c.recv(b, n, t, peer, info...); }, i);
     ledger_->finish(k);
+  }
+  /// Recorded as all_to_all with the elements this rank sends (Σ send_counts).
+  template <class Self = C>
+    requires VariableAllToAll<Self>
+  void all_to_allv(const void* s, const std::size_t* sc, void* r, const std::size_t* rc, DType t, const CallInfo& i = {}) {
+    std::size_t total = 0;
+    for (int p = 0; p < size(); ++p) total += sc[p];
+    const std::size_t k = ledger_->record(CollectiveKind::all_to_all, total, t, i, size(), axis_);
+    forward([&](auto& c, const auto&... info) { c.all_to_allv(s, sc, r, rc, t, info...); }, i);
+    ledger_->finish(k);
+  }
+  /// Recorded as the send / recv they are, with the peer, when they start (start = end).
+  template <class Self = C>
+    requires AsyncPointToPoint<Self>
+  [[nodiscard]] Request isend(const void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) {
+    ledger_->record(CollectiveKind::send, n, t, i, size(), axis_, peer);
+    if constexpr (requires { inner_.isend(b, n, t, peer, i); }) return inner_.isend(b, n, t, peer, with_scope(i));
+    else return inner_.isend(b, n, t, peer);
+  }
+  template <class Self = C>
+    requires AsyncPointToPoint<Self>
+  [[nodiscard]] Request irecv(void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) {
+    ledger_->record(CollectiveKind::recv, n, t, i, size(), axis_, peer);
+    if constexpr (requires { inner_.irecv(b, n, t, peer, i); }) return inner_.irecv(b, n, t, peer, with_scope(i));
+    else return inner_.irecv(b, n, t, peer);
+  }
+  [[nodiscard]] bool async_p2p() const {
+    if constexpr (requires { inner_.async_p2p(); }) return inner_.async_p2p();
+    else return AsyncPointToPoint<C>;
   }
   void barrier() { inner_.barrier(); }
 
@@ -345,6 +380,11 @@ class Ledgered {
   [[nodiscard]] bool async_all_reduce() const { return shardalg::async_all_reduce(inner_); }
 
  private:
+  CallInfo with_scope(const CallInfo& i) const {
+    CallInfo j = i;
+    if (j.scope.empty()) j.scope = ledger_->current_scope();
+    return j;
+  }
   // Pass the CallInfo on when the inner communicator understands it (a decorator, or a backend
   // with checked collectives), with this ledger's scope label for the fingerprint's text.
   template <class F>

@@ -198,6 +198,23 @@ class MpiComm {
     const auto ty = detail::mpi_type(t);
     detail::mpi_check(MPI_Alltoall(send, count(n), ty, recv, count(n), ty, *comm_), "MPI_Alltoall");
   }
+  /// MPI_Alltoallv with displacements = prefix sums of the counts (elements, per peer).
+  void all_to_allv(const void* send, const std::size_t* send_counts, void* recv, const std::size_t* recv_counts,
+                   DType t) {
+    const auto ty = detail::mpi_type(t);
+    std::vector<int> sc(static_cast<std::size_t>(size_)), sd(sc.size()), rc(sc.size()), rd(sc.size());
+    std::size_t so = 0, ro = 0;
+    for (std::size_t s = 0; s < sc.size(); ++s) {
+      sc[s] = count(send_counts[s]);
+      sd[s] = count(so);
+      rc[s] = count(recv_counts[s]);
+      rd[s] = count(ro);
+      so += send_counts[s];
+      ro += recv_counts[s];
+    }
+    detail::mpi_check(MPI_Alltoallv(send, sc.data(), sd.data(), ty, recv, rc.data(), rd.data(), ty, *comm_),
+                      "MPI_Alltoallv");
+  }
   void broadcast(void* buf, std::size_t n, DType t, int root) {
     detail::mpi_check(MPI_Bcast(buf, count(n), detail::mpi_type(t), root, *comm_), "MPI_Bcast");
   }
@@ -206,6 +223,17 @@ class MpiComm {
   }
   void recv(void* buf, std::size_t n, DType t, int peer) {
     detail::mpi_check(MPI_Recv(buf, count(n), detail::mpi_type(t), peer, 0, *comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+  }
+  /// MPI_Isend / MPI_Irecv (tag 0, as send/recv: they match each other).
+  [[nodiscard]] Request isend(const void* buf, std::size_t n, DType t, int peer) {
+    MpiRequest r;
+    detail::mpi_check(MPI_Isend(buf, count(n), detail::mpi_type(t), peer, 0, *comm_, &r.req), "MPI_Isend");
+    return Request(r);
+  }
+  [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer) {
+    MpiRequest r;
+    detail::mpi_check(MPI_Irecv(buf, count(n), detail::mpi_type(t), peer, 0, *comm_, &r.req), "MPI_Irecv");
+    return Request(r);
   }
   void barrier() {
     check_call(detail::CheckedOp::barrier, 0, DType::f64, {});
@@ -241,6 +269,38 @@ class MpiComm {
   }
   void send(const void* buf, std::size_t n, DType t, int peer, const CallInfo&) { send(buf, n, t, peer); }
   void recv(void* buf, std::size_t n, DType t, int peer, const CallInfo&) { recv(buf, n, t, peer); }
+  [[nodiscard]] Request isend(const void* buf, std::size_t n, DType t, int peer, const CallInfo&) {
+    return isend(buf, n, t, peer);
+  }
+  [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer, const CallInfo&) {
+    return irecv(buf, n, t, peer);
+  }
+  /// Checked: the fingerprints (the count is this rank's Σ send_counts, not compared), then every
+  /// rank's two count arrays gathered (an MPI_Allgather of 2·P values, verification traffic) and
+  /// compared pair by pair: recv_counts[s] on rank r must be send_counts[r] on rank s, else
+  /// CollectiveMismatchError on every rank, the same text, before any data moves.
+  void all_to_allv(const void* send, const std::size_t* send_counts, void* recv, const std::size_t* recv_counts,
+                   DType t, const CallInfo& info) {
+    std::size_t total = 0;
+    for (int s = 0; s < size_; ++s) total += send_counts[s];
+    check_call(detail::CheckedOp::all_to_allv, total, t, info);
+    if (check_collectives() && size_ > 1) {
+      const auto P = static_cast<std::size_t>(size_);
+      std::vector<std::uint64_t> mine(2 * P), all(2 * P * P);
+      for (std::size_t s = 0; s < P; ++s) {
+        mine[s] = send_counts[s];
+        mine[P + s] = recv_counts[s];
+      }
+      detail::mpi_check(MPI_Allgather(mine.data(), static_cast<int>(2 * P), MPI_UINT64_T, all.data(),
+                                      static_cast<int>(2 * P), MPI_UINT64_T, *comm_),
+                        "MPI_Allgather");
+      std::string msg = detail::all_to_allv_mismatch(
+          "MpiComm", size_, [&](int s, int r) { return all[static_cast<std::size_t>(s) * 2 * P + static_cast<std::size_t>(r)]; },
+          [&](int r, int s) { return all[static_cast<std::size_t>(r) * 2 * P + P + static_cast<std::size_t>(s)]; });
+      if (!msg.empty()) throw CollectiveMismatchError(std::move(msg));
+    }
+    all_to_allv(send, send_counts, recv, recv_counts, t);
+  }
 
  private:
   struct MpiRequest {
@@ -401,6 +461,7 @@ class MpiComm {
   bool reproducible_ = false;
 };
 
-static_assert(Communicator<MpiComm> && AsyncAllReduce<MpiComm> && InfoAwareCommunicator<MpiComm>);
+static_assert(Communicator<MpiComm> && AsyncAllReduce<MpiComm> && InfoAwareCommunicator<MpiComm> &&
+              VariableAllToAll<MpiComm> && AsyncPointToPoint<MpiComm>);
 
 }  // namespace shardalg

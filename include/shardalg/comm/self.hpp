@@ -21,6 +21,13 @@ class SelfComm {
   void reduce_scatter(const void* s, void* r, std::size_t n, DType t, ReduceOp) { copy(s, r, n, t); }
   void all_to_all(const void* s, void* r, std::size_t n, DType t) { copy(s, r, n, t); }
   void broadcast(void*, std::size_t, DType, int) {}
+  /// The one block goes to itself; the counts must agree (CollectiveMismatchError otherwise).
+  void all_to_allv(const void* s, const std::size_t* sc, void* r, const std::size_t* rc, DType t) {
+    if (sc[0] != rc[0])
+      throw CollectiveMismatchError(detail::cat("SelfComm: mismatched all_to_allv counts: rank 0 expects ", rc[0],
+                                                " elements from rank 0, which sends it ", sc[0]));
+    copy(s, r, sc[0], t);
+  }
   void send(const void*, std::size_t, DType, int peer) { no_peer(peer); }
   void recv(void*, std::size_t, DType, int peer) { no_peer(peer); }
   void barrier() {}
@@ -39,6 +46,6 @@ class SelfComm {
   }
 };
 
-static_assert(Communicator<SelfComm>);
+static_assert(Communicator<SelfComm> && VariableAllToAll<SelfComm>);
 
 }  // namespace shardalg

@@ -68,6 +68,8 @@ class ThreadWorld {
         arrived_at_(n),
         recv_from_(n, -1) {
     split_slot_.resize(static_cast<std::size_t>(n));
+    send_counts_.resize(static_cast<std::size_t>(n));
+    recv_counts_.resize(static_cast<std::size_t>(n));
   }
 
   int size() const { return n_; }
@@ -145,6 +147,8 @@ class ThreadWorld {
   std::vector<void*> recv_;
   std::vector<CheckedOp> kind_;
   std::vector<std::size_t> bytes_;
+  // all_to_allv: each rank's send and receive counts (arrays of size(); null for the others).
+  std::vector<const std::size_t*> send_counts_, recv_counts_;
   // Checked mode: each rank's fingerprint of its current (or last) checked collective, written
   // under the lock at the rendezvous' entrance; and its sequence count (only rank r touches seq_[r]).
   std::vector<FingerprintRecord> fp_;
@@ -183,6 +187,21 @@ class ThreadWorld {
                                   src, ", got ", q.front().size()));
     std::memcpy(buf, q.front().data(), bytes);
     q.pop_front();
+  }
+  /// take() without waiting: false when no message from src is there yet (irecv's test()).
+  bool try_take(int src, int dst, void* buf, std::size_t bytes) {
+    std::unique_lock lk(m_);
+    auto& q = mail_[{src, dst}];
+    if (q.empty()) {
+      if (aborted_) throw_aborted();
+      return false;
+    }
+    if (q.front().size() != bytes)
+      throw CommError(detail::cat("ThreadComm: rank ", dst, " expected ", bytes, " bytes from rank ", src, ", got ",
+                                  q.front().size()));
+    std::memcpy(buf, q.front().data(), bytes);
+    q.pop_front();
+    return true;
   }
 
  private:
@@ -332,6 +351,37 @@ class ThreadComm {
     w_->barrier(rank_);
   }
 
+  /// recv block s (recv_counts[s] elements) := block `rank` of rank s's send (its
+  /// send_counts[rank] elements); blocks contiguous in rank order. Before any data moves every
+  /// rank compares the whole count matrix (the arrays are published), checked or not: a pair that
+  /// disagrees is a CollectiveMismatchError on every rank, never a read or write past a buffer.
+  void all_to_allv(const void* send, const std::size_t* send_counts, void* recv, const std::size_t* recv_counts,
+                   DType t, const CallInfo& info = {}) {
+    const int P = size();
+    std::size_t total = 0;
+    for (int s = 0; s < P; ++s) total += send_counts[s];
+    publish(send, recv, total, t, info, detail::CheckedOp::all_to_allv, ReduceOp::sum, -1, size_of(t), send_counts,
+            recv_counts);
+    std::string msg = detail::all_to_allv_mismatch(
+        "ThreadComm", P, [&](int s, int r) { return w_->send_counts_[s][r]; },
+        [&](int r, int s) { return w_->recv_counts_[r][s]; });
+    if (!msg.empty()) {
+      w_->barrier(rank_);  // every rank found it: meet before any rank's next call reuses the slots
+      throw CollectiveMismatchError(std::move(msg));
+    }
+    const std::size_t es = size_of(t);
+    std::size_t at = 0;  // this rank's receive displacement
+    for (int s = 0; s < P; ++s) {
+      std::size_t from = 0;  // rank s's send displacement of the block for this rank
+      for (int k = 0; k < rank_; ++k) from += w_->send_counts_[s][k];
+      if (recv_counts[s])
+        std::memcpy(static_cast<char*>(recv) + at * es, static_cast<const char*>(w_->send_[s]) + from * es,
+                    recv_counts[s] * es);
+      at += recv_counts[s];
+    }
+    w_->barrier(rank_);
+  }
+
   void broadcast(void* buf, std::size_t n, DType t, int root, const CallInfo& info = {}) {
     check_peer(root, "broadcast root");
     publish(buf, buf, n, t, info, detail::CheckedOp::broadcast, ReduceOp::sum, root);
@@ -376,13 +426,39 @@ class ThreadComm {
     check_peer(peer, "recv peer");
     w_->take(peer, rank_, buf, n * size_of(t), check_collectives());
   }
+  /// The send is buffered (the message is copied into the peer's mailbox): complete at once.
+  [[nodiscard]] Request isend(const void* buf, std::size_t n, DType t, int peer, const CallInfo& = {}) {
+    send(buf, n, t, peer);
+    return {};
+  }
+  /// test() takes the message if it has arrived (never blocks); wait() is recv (under the
+  /// watchdog in checked mode).
+  [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer, const CallInfo& = {}) {
+    check_peer(peer, "recv peer");
+    return Request(PendingRecv{w_, peer, rank_, buf, n * size_of(t)});
+  }
+
+ private:
+  struct PendingRecv {
+    std::shared_ptr<detail::ThreadWorld> w;
+    int src, dst;
+    void* buf;
+    std::size_t bytes;
+    bool test() { return w->try_take(src, dst, buf, bytes); }
+    void wait() { w->take(src, dst, buf, bytes, check_collectives()); }
+  };
+
+ public:
 
  private:
   // Publish this rank's buffers and wait until every rank has published; then, before any data
   // moves, check that the ranks agree: the fingerprints in checked mode, and always the kind and
   // the block's bytes (so that no rank reads or writes past a peer's buffer).
+  // `block_bytes` overrides n·size_of(t) for the structural check (all_to_allv: the element size;
+  // its counts are compared separately); `sc`, `rc`: all_to_allv's count arrays.
   void publish(const void* send, void* recv, std::size_t n, DType t, const CallInfo& info, detail::CheckedOp kind,
-               ReduceOp op = ReduceOp::sum, int root = -1) {
+               ReduceOp op = ReduceOp::sum, int root = -1, std::size_t block_bytes = static_cast<std::size_t>(-1),
+               const std::size_t* sc = nullptr, const std::size_t* rc = nullptr) {
     const bool checked = check_collectives();
     if (checked) {
       const auto fp = detail::Fingerprint::make(kind, n, t, info, ++w_->seq_[rank_], op, root);
@@ -393,7 +469,9 @@ class ThreadComm {
     w_->send_[rank_] = send;
     w_->recv_[rank_] = recv;
     w_->kind_[rank_] = kind;
-    w_->bytes_[rank_] = n * size_of(t);
+    w_->bytes_[rank_] = block_bytes == static_cast<std::size_t>(-1) ? n * size_of(t) : block_bytes;
+    w_->send_counts_[rank_] = sc;
+    w_->recv_counts_[rank_] = rc;
     w_->barrier(rank_);
     if (checked) check_fingerprints();
     for (int r = 1; r < size(); ++r)
@@ -438,7 +516,8 @@ class ThreadComm {
   int rank_;
 };
 
-static_assert(Communicator<ThreadComm> && InfoAwareCommunicator<ThreadComm>);
+static_assert(Communicator<ThreadComm> && InfoAwareCommunicator<ThreadComm> && VariableAllToAll<ThreadComm> &&
+              AsyncPointToPoint<ThreadComm>);
 
 namespace detail {
 /// Test hook: when ≥ 1, starting the thread of that rank fails as std::thread does when the

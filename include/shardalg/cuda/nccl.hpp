@@ -7,6 +7,8 @@
 //   all_gather       ncclAllGather (send may be recv + rank·n: NCCL's in-place form)
 //   reduce_scatter   ncclReduceScatter (recvcount n)
 //   all_to_all       grouped ncclSend/ncclRecv to every peer (NCCL has no all-to-all primitive)
+//   all_to_allv      the same with counts per peer (displacements = prefix sums); zero counts skipped;
+//                    the counts are not compared (NCCL would hang or truncate on a mismatch)
 //   broadcast        ncclBroadcast, in place
 //   send / recv      ncclSend / ncclRecv (blocking in the NCCL sense: pair them, or group them)
 //   barrier          a one-element all-reduce, then a stream synchronise
@@ -126,6 +128,23 @@ class NcclComm {
     for (int s = 0; s < size(); ++s) {
       SHARDALG_NCCL_CHECK(ncclSend(static_cast<const char*>(send) + s * bytes, n, detail::nccl_type(t), s, s_->comm, s_->stream));
       SHARDALG_NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + s * bytes, n, detail::nccl_type(t), s, s_->comm, s_->stream));
+    }
+    SHARDALG_NCCL_CHECK(ncclGroupEnd());
+  }
+  void all_to_allv(const void* send, const std::size_t* send_counts, void* recv, const std::size_t* recv_counts,
+                   DType t) {
+    const std::size_t es = size_of(t);
+    std::size_t so = 0, ro = 0;
+    SHARDALG_NCCL_CHECK(ncclGroupStart());
+    for (int s = 0; s < size(); ++s) {
+      if (send_counts[s])
+        SHARDALG_NCCL_CHECK(ncclSend(static_cast<const char*>(send) + so * es, send_counts[s], detail::nccl_type(t), s,
+                                     s_->comm, s_->stream));
+      if (recv_counts[s])
+        SHARDALG_NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + ro * es, recv_counts[s], detail::nccl_type(t), s,
+                                     s_->comm, s_->stream));
+      so += send_counts[s];
+      ro += recv_counts[s];
     }
     SHARDALG_NCCL_CHECK(ncclGroupEnd());
   }
@@ -257,6 +276,6 @@ class NcclComm {
   std::shared_ptr<State> s_;
 };
 
-static_assert(Communicator<NcclComm> && AsyncAllReduce<NcclComm>);
+static_assert(Communicator<NcclComm> && AsyncAllReduce<NcclComm> && VariableAllToAll<NcclComm>);
 
 }  // namespace shardalg::cuda

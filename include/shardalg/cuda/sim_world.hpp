@@ -52,7 +52,7 @@ class World {
  public:
   using Release = void (*)(void*);
   World(int n, Release release)
-      : send_(n), recv_(n), split_key_(static_cast<std::size_t>(n)), split_slot_(static_cast<std::size_t>(n)), n_(n),
+      : send_(n), recv_(n), send_counts_(n), recv_counts_(n), split_key_(static_cast<std::size_t>(n)), split_slot_(static_cast<std::size_t>(n)), n_(n),
         release_(release) {}
   World(const World&) = delete;
   World& operator=(const World&) = delete;
@@ -110,6 +110,19 @@ class World {
     ++posted_;
     mail_cv_.notify_all();
   }
+  /// A message from src to dst if one has arrived, else {nullptr, 0} (never blocks); the caller
+  /// owns the staged buffer.
+  std::pair<void*, std::size_t> try_take(int src, int dst) {
+    std::lock_guard lk(m_);
+    auto& q = mail_[{src, dst}];
+    if (q.empty()) {
+      if (aborted_) throw_aborted();
+      return {nullptr, 0};
+    }
+    auto m = q.front();
+    q.pop_front();
+    return {m.buf, m.bytes};
+  }
   /// Block until a message from src to dst arrives; the caller owns the staged buffer.
   std::pair<void*, std::size_t> take(int src, int dst) {
     std::unique_lock lk(m_);
@@ -137,6 +150,8 @@ class World {
   // The collective in flight: one slot per rank.
   std::vector<const void*> send_;
   std::vector<void*> recv_;
+  // all_to_allv: each rank's count arrays (size() entries each).
+  std::vector<const std::size_t*> send_counts_, recv_counts_;
   // split(): each rank's (color, key), and the sub-world a color's leader made.
   std::vector<std::pair<int, int>> split_key_;
   std::vector<std::shared_ptr<World>> split_slot_;
@@ -281,6 +296,35 @@ class SimComm {
     finish();
   }
 
+  /// recv block s (recv_counts[s] elements) := block `rank` of rank s's send (send_counts[rank]
+  /// of rank s); blocks contiguous in rank order. The ranks compare the published count arrays
+  /// before any copy: a pair that disagrees is a CollectiveMismatchError on every rank.
+  void all_to_allv(const void* send, const std::size_t* send_counts, void* recv, const std::size_t* recv_counts,
+                   DType t) {
+    w_->send_counts_[static_cast<std::size_t>(rank_)] = send_counts;  // free: the last readers passed finish()
+    w_->recv_counts_[static_cast<std::size_t>(rank_)] = recv_counts;
+    publish(send, recv);
+    const int P = size();
+    std::string msg = shardalg::detail::all_to_allv_mismatch(
+        "SimComm", P, [&](int s, int r) { return w_->send_counts_[static_cast<std::size_t>(s)][r]; },
+        [&](int r, int s) { return w_->recv_counts_[static_cast<std::size_t>(r)][s]; });
+    if (!msg.empty()) {
+      w_->barrier();  // every rank found it: meet before any rank's next call reuses the slots
+      throw CollectiveMismatchError(std::move(msg));
+    }
+    const std::size_t es = size_of(t);
+    std::size_t at = 0;
+    for (int s = 0; s < P; ++s) {
+      std::size_t from = 0;
+      for (int k = 0; k < rank_; ++k) from += w_->send_counts_[static_cast<std::size_t>(s)][k];
+      if (recv_counts[s])
+        ops_->copy(static_cast<char*>(recv) + at * es, static_cast<const char*>(w_->send_[static_cast<std::size_t>(s)]) + from * es,
+                   recv_counts[s] * es);
+      at += recv_counts[s];
+    }
+    finish();
+  }
+
   void broadcast(void* buf, std::size_t n, DType t, int root) {
     check_peer(root, "broadcast root");
     publish(buf, buf);
@@ -313,8 +357,41 @@ class SimComm {
     ops_->copy(buf, staged, bytes);
     ops_->fence();
   }
+  /// The send is staged (buffered): complete at once.
+  [[nodiscard]] Request isend(const void* buf, std::size_t n, DType t, int peer) {
+    send(buf, n, t, peer);
+    return {};
+  }
+  /// test() takes the staged message if it has arrived (never blocks); wait() is recv.
+  [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer) {
+    check_peer(peer, "recv peer");
+    return Request(PendingRecv{*this, buf, n, t, peer});
+  }
 
  private:
+  struct PendingRecv {
+    SimComm c;
+    void* buf;
+    std::size_t n;
+    DType t;
+    int peer;
+    bool test() {
+      auto [staged, got] = c.w_->try_take(peer, c.rank_);
+      if (!staged) return false;
+      c.deliver(staged, got, buf, n * size_of(t), peer);
+      return true;
+    }
+    void wait() { c.recv(buf, n, t, peer); }
+  };
+  void deliver(void* staged, std::size_t got, void* buf, std::size_t bytes, int peer) {
+    std::unique_ptr<void, void (*)(void*)> hold(staged, Ops::release);
+    if (got != bytes)
+      throw CommError(shardalg::detail::cat("SimComm: rank ", rank_, " expected ", bytes, " bytes from rank ", peer,
+                                            ", got ", got));
+    ops_->copy(buf, staged, bytes);
+    ops_->fence();
+  }
+
   void publish(const void* send, void* recv) {
     ops_->fence();    // my inputs are complete before a peer reads them
     w_->barrier();    // the previous collective's readers are done with the slots
@@ -341,7 +418,8 @@ class SimComm {
   int rank_;
 };
 
-static_assert(Communicator<SimComm<HostSimOps>>);
+static_assert(Communicator<SimComm<HostSimOps>> && VariableAllToAll<SimComm<HostSimOps>> &&
+              AsyncPointToPoint<SimComm<HostSimOps>>);
 
 /// Run fn(SimComm<Ops>&) on n threads (ranks 0..n−1); `setup(rank)` runs first on each rank's
 /// thread and returns that rank's Ops (as shared_ptr) plus anything to keep alive for the body
