@@ -23,6 +23,7 @@
 #include "shardalg/autodiff/linear.hpp"
 #include "shardalg/core/sum.hpp"
 #include "shardalg/nn/activation.hpp"
+#include "shardalg/nn/dropout.hpp"
 #include "shardalg/nn/kernels.hpp"
 
 namespace shardalg::ad {
@@ -136,6 +137,7 @@ auto softmax_rows(const Var<T, L, B>& x) {
     return y;
   } else {
     auto py = std::make_shared<const Sharded<T, L, B>>(y);
+    if (Tape* t = detail::tape_of(x)) t->note(py, static_cast<std::size_t>(py->local().size()) * sizeof(T));
     return detail::record<T, L, B>(
         std::move(y),
         [hx = x.handle(), py](Tape& t, const auto& dy) {
@@ -222,24 +224,32 @@ auto sum(const Var<T, L, B>& x) {
   }
 }
 
-/// Dropout keyed by the global index (seed, tensor, global row, global column), so a value's mask
-/// is the same at every TP size and in every layout; the backward applies the same mask.
+/// Dropout keyed by the global index (seed, tensor, row_base + global row, global column), so a
+/// value's mask is the same at every TP size and in every layout; the backward applies the same
+/// mask. row_base: a data-parallel replica's first token in the global batch (nn::Dropout's).
 template <class T, class L, class B>
-Var<T, L, B> dropout(const Var<T, L, B>& x, double p, std::uint64_t seed, std::uint64_t tensor) {
+Var<T, L, B> dropout(const Var<T, L, B>& x, double p, std::uint64_t seed, std::uint64_t tensor, Index row_base = 0) {
   static_assert(!std::is_same_v<L, Partial>, "[shardalg.E110] dropout is non-linear in its mask's use: not on Partial");
   using K = nn::Kernels<B>;
   const auto& v = x.value();
   if (p == 0.0) return x;
-  Sharded<T, L, B> y(K::template dropout<T>(v.local(), p, seed, tensor, v.row_offset(), v.col_offset()), v.rows(),
-                     v.cols(), v.group());
+  Sharded<T, L, B> y(K::template dropout<T>(v.local(), p, seed, tensor, row_base + v.row_offset(), v.col_offset()),
+                     v.rows(), v.cols(), v.group());
   return detail::record<T, L, B>(
       std::move(y),
-      [hx = x.handle(), p, seed, tensor, r0 = v.row_offset(), c0 = v.col_offset()](Tape& t, const auto& dy) {
+      [hx = x.handle(), p, seed, tensor, r0 = row_base + v.row_offset(), c0 = v.col_offset()](Tape& t, const auto& dy) {
         using CL = cot_t<L>;
         t.accumulate(hx, Sharded<T, CL, B>(K::template dropout<T>(dy.local(), p, seed, tensor, r0, c0), dy.rows(),
                                            dy.cols(), dy.group()));
       },
       x);
+}
+
+/// The same with an nn::Dropout's probability, seed, tensor and row base (the hand-written layers'
+/// masks, exactly).
+template <class T, class L, class B>
+Var<T, L, B> dropout(const Var<T, L, B>& x, const nn::Dropout& d) {
+  return dropout(x, d.p, d.seed, d.tensor, d.row_base);
 }
 
 }  // namespace shardalg::ad

@@ -46,6 +46,10 @@ Var<T, L, B> norm(const Var<T, L, B>& x, const Var<T, LW, B>& gamma, const Var<T
   auto xhat = std::make_shared<const Sharded<T, L, B>>(std::move(o.xhat), xv.rows(), xv.cols(), xv.group());
   auto rstd = std::make_shared<const typename B::template matrix<T>>(std::move(o.rstd));
   Sharded<T, L, B> y(std::move(o.y), xv.rows(), xv.cols(), xv.group());
+  if (Tape* t = detail::tape_of(x, gamma)) {
+    t->note(xhat, static_cast<std::size_t>(xhat->local().size()) * sizeof(T));
+    t->note(rstd, static_cast<std::size_t>(rstd->size()) * sizeof(T));
+  }
   auto step = [hx = x.handle(), hg = gamma.handle(), hb = beta ? beta->handle() : Var<T, LW, B>{}, pg = gamma.shared(),
                xhat, rstd, center](Tape& t, const auto& dy) {
     using CL = cot_t<L>;
@@ -78,6 +82,7 @@ Var<T, L, B> causal_attention(const Var<T, L, B>& qkv, const nn::AttnShape& s, I
   auto o = K::causal_attention(qkv.value().local(), s);
   auto probs = std::make_shared<const typename B::template matrix<T>>(std::move(o.probs));
   Sharded<T, L, B> out(std::move(o.out), qkv.rows(), out_cols, qkv.group());
+  if (Tape* t = detail::tape_of(qkv)) t->note(probs, static_cast<std::size_t>(probs->size()) * sizeof(T));
   return detail::record<T, L, B>(
       std::move(out),
       [hq = qkv.handle(), pq = qkv.shared(), probs, s](Tape& t, const auto& dout) {
@@ -104,6 +109,14 @@ Var<T, Invariant, B> cross_entropy(const Var<T, ColSharded, B>& logits, std::spa
         t.accumulate(hl, ce.backward_mean(*cache, dloss.local()(0, 0)));
       },
       logits);
+}
+
+/// The fused loss needs the logits vocabulary-parallel: gathered logits (R) would make every rank
+/// add the whole vocabulary's exponentials P times (loss = correct + log P) — [shardalg.E150].
+template <class T, class L, class B>
+  requires(!std::is_same_v<L, ColSharded>)
+auto cross_entropy(const Var<T, L, B>&, std::span<const std::int64_t>, const nn::VocabParallelCrossEntropy<T, B>&) {
+  return diagnose_conversion<L::kind, LayoutKind::col>();
 }
 
 }  // namespace shardalg::ad

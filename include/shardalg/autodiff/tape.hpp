@@ -147,7 +147,20 @@ class Tape {
     s->cols = v.cols();
     s->group = v.group();
     slots_.push_back(std::move(s));
-    return Var<T, L, B>(this, slots_.size() - 1, std::move(v));
+    const auto bytes = static_cast<std::size_t>(v.local().size()) * sizeof(T);
+    Var<T, L, B> out(this, slots_.size() - 1, std::move(v));
+    values_.emplace_back(std::weak_ptr<const void>(out.shared()), bytes);
+    return out;
+  }
+  /// Count a buffer a backward step keeps besides the Vars' values (a norm's x̂, attention's
+  /// probabilities) in held_bytes() while it lives.
+  void note(const std::shared_ptr<const void>& buffer, std::size_t bytes) { values_.emplace_back(buffer, bytes); }
+  /// Bytes of the values on this tape still alive — held by the steps that need them for the
+  /// backward pass, or by the caller's Vars (the derived backward's activation memory).
+  [[nodiscard]] std::size_t held_bytes() const {
+    std::size_t n = 0;
+    for (const auto& [w, b] : values_) n += w.expired() ? 0 : b;
+    return n;
   }
   /// The op's backward step (run in reverse order by backward()).
   void on_backward(std::function<void()> step) { steps_.push_back(std::move(step)); }
@@ -223,6 +236,7 @@ class Tape {
   void clear() {
     steps_.clear();
     slots_.clear();
+    values_.clear();
     group_ = Group();
     done_ = false;
   }
@@ -236,6 +250,7 @@ class Tape {
 
   std::vector<std::unique_ptr<detail::SlotBase>> slots_;
   std::vector<std::function<void()>> steps_;
+  std::vector<std::pair<std::weak_ptr<const void>, std::size_t>> values_;  // for held_bytes()
   Group group_;  // the first seeded output's: the ledger scope of the backward pass
   bool done_ = false;
 };

@@ -214,7 +214,7 @@ constexpr auto diagnose() {
   static_assert(id != 120,
                 "[shardalg.E120] all_reduce needs Partial: only a Partial has a pending sum; reducing "
                 "P copies of a Replicated or split value is wrong. Fix: all_gather (adjoint: "
-                "reduce_scatter) for a split value; nothing for a Replicated one.");
+                "reduce_scatter) for a split value; nothing for a Replicated or Invariant one (it is already whole).");
   static_assert(id != 121,
                 "[shardalg.E121] reduce_scatter needs Partial. Fix: split (free; adjoint: all_gather) "
                 "for a Replicated value, all_to_all (adjoint: all_to_all) for a split one.");
