@@ -123,6 +123,7 @@ TEST_CASE("autodiff: every redistribution and conversion (f, g, all_gather, redu
     auto xrow = b.input<RowSharded>("xrow");
     auto xc = b.input<ColSharded>("xc");
     b.output("f", ad::copy_to(xi));
+    b.output("to_invariant", ad::to_invariant(xr));
     b.output("g", ad::all_reduce<Invariant>(xp));
     b.output("all_reduce", ad::all_reduce(xp));
     b.output("all_gather.Row", ad::all_gather(xrow));
@@ -196,6 +197,7 @@ TEST_CASE("autodiff: the backward's collectives are the adjoints of the forward'
           V{"all_reduce Partial -> I"});
     CHECK(listing([&](ad::Tape& t, Group g) { return ad::all_reduce<Invariant>(t.input(to_partial(shard<Replicated>(a, g)))); }) ==
           V{});
+    CHECK(listing([&](ad::Tape& t, Group g) { return ad::to_invariant(t.input(shard<Replicated>(a, g))); }) == V{});
     CHECK(listing([&](ad::Tape& t, Group g) { return ad::all_reduce(t.input(to_partial(shard<Replicated>(a, g)))); }) ==
           V{"all_reduce Partial -> R"});
     CHECK(listing([&](ad::Tape& t, Group g) { return ad::all_gather(t.input(shard<RowSharded>(a, g))); }) ==

@@ -4,6 +4,7 @@
 //
 //   forward                        layouts          backward (the adjoint)
 //   copy_to(x)              (f)    I → R            all_reduce<Invariant>   Partial → I
+//   to_invariant(x)                R → I            to_partial (free)       I → Partial (rank 0)
 //   all_reduce<Invariant>(z) (g)   Partial → I      identity                I → R
 //   all_reduce(z)                  Partial → R      all_reduce              Partial → R
 //   all_gather(x)                  Row/C → R        reduce_scatter          Partial → Row/C
@@ -50,6 +51,22 @@ auto copy_to(const Var<T, L, B>& x) {
         [hx = x.handle()](Tape& t, const Sharded<T, Partial, B>& dy) {
           if constexpr (std::is_same_v<L, Invariant>) t.accumulate(hx, shardalg::all_reduce<Invariant>(dy));
           else t.accumulate(hx, dy);  // R → R: the identity (cot(R) = Partial on both sides)
+        },
+        x);
+  }
+}
+
+/// R → I, free; backward: the whole cotangent on rank 0 (to_partial), the R value's Partial.
+template <class T, class L, class B>
+auto to_invariant(const Var<T, L, B>& x) {
+  auto y = shardalg::to_invariant(x.value());
+  if constexpr (std::is_same_v<decltype(y), InvalidOperation>) {
+    return y;
+  } else {
+    return detail::record<T, Invariant, B>(
+        std::move(y),
+        [hx = x.handle()](Tape& t, const Sharded<T, Invariant, B>& dy) {
+          t.accumulate(hx, shardalg::to_partial(detail::relabel<Replicated>(dy)));
         },
         x);
   }

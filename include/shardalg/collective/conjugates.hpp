@@ -39,6 +39,21 @@ auto reduce_from(Sharded<T, L, B> z) {
   }
 }
 
+/// R → I, free: a replicated value from here on used only by work every rank repeats. Its
+/// gradient then arrives whole on every rank (I), and the R value's cotangent is Partial: the
+/// adjoint puts it on rank 0 (to_partial), the others zero. (The way into I from a per-rank
+/// computation is g: all_reduce<Invariant>.)
+template <class T, class L, class B>
+auto to_invariant(Sharded<T, L, B> x) {
+  if constexpr (!std::is_same_v<L, Replicated>) {
+    return diagnose<Diag::invariant_mix, L>();
+  } else {
+    const Index r = x.rows(), c = x.cols();
+    Group g = x.group();
+    return Sharded<T, Invariant, B>(std::move(x).local(), r, c, std::move(g));
+  }
+}
+
 namespace adjoint {
 /// Backward of f: the cotangent of X is Partial (X fed sharded matmuls); all_reduce it to
 /// cot(I) = I (To = Invariant), or to R for the layers' R convention.
