@@ -77,7 +77,7 @@ int main() {
     if (comm.rank() == 0) {
       ey = e1, edx = e2, edw = e3;
       for (const char* sc : {"conv.fwd", "conv.bwd"})
-        for (const auto& e : ledger.select(sc)) conv_other += e.kind != CollectiveKind::send && e.kind != CollectiveKind::recv;
+        for (const auto& e : ledger.select(sc)) conv_other += e.kind != CollectiveKind::halo && e.kind != CollectiveKind::recv;
       grad_ar = ledger.count(CollectiveKind::all_reduce, "conv.grads");
       for (const auto& e : ledger.select("conv.grads")) grad_ar_elements += e.elements;
       mlp_fwd_ar = ledger.count(CollectiveKind::all_reduce, "mlp.fwd");

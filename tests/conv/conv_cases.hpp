@@ -58,12 +58,12 @@ inline Tally tally(const Ledger& l, std::string_view scope, std::string_view in,
   Tally t;
   bool first = true;
   for (const auto& e : l.select(scope)) {
-    if (e.kind != CollectiveKind::send && e.kind != CollectiveKind::recv) {
+    if (e.kind != CollectiveKind::halo && e.kind != CollectiveKind::recv) {  // a halo's send is kind halo
       t.others.push_back(e);
       continue;
     }
-    (e.kind == CollectiveKind::send ? t.sends : t.recvs) += 1;
-    (e.kind == CollectiveKind::send ? t.send_bytes : t.recv_bytes) += e.bytes;
+    (e.kind == CollectiveKind::halo ? t.sends : t.recvs) += 1;
+    (e.kind == CollectiveKind::halo ? t.send_bytes : t.recv_bytes) += e.bytes;
     t.message_elements_min = first ? e.elements : std::min(t.message_elements_min, e.elements);
     t.message_elements_max = first ? e.elements : std::max(t.message_elements_max, e.elements);
     first = false;

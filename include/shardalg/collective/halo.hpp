@@ -20,11 +20,10 @@
 // r·cols for ranks 0 and P−1, nothing at P = 1 or r = 0. It does not shrink with P (not a ring
 // collective): the halo is a fixed band at each cut, while the rank's own block is H/P rows.
 //
-// The ledger records the halo as its messages: every send and every recv is an entry of kind
-// `send` / `recv`, elements r·cols, with layouts "Row" → "Row+halo" (exchange) or
-// "Row+halo" → "Row" (reduction). A CollectiveKind of its own would not be an additive change
-// (the ledger decorator records the kind of the call it sees, and the cost model switches over
-// every kind), so the layouts name it; halo_bytes(ledger, scope) sums the sends.
+// The ledger records the halo as its messages, with a kind of its own: every send is an entry of
+// kind `halo` (CallInfo::halo), every receive a `recv`, elements r·cols, with layouts "Row" →
+// "Row+halo" (exchange) or "Row+halo" → "Row" (reduction); halo_bytes(ledger, scope) sums the
+// halo entries: what this rank sent.
 //
 // Ordering, so that no rank waits forever on any backend (MPI_Send of a large message waits for
 // its receive; ThreadComm's sends are buffered): neighbours talk in pairs (a, a+1), first the
@@ -137,7 +136,7 @@ HaloBlock<T, B> halo_exchange(const Sharded<T, RowSharded, B>& x, Index radius) 
   Group g = x.group();
   if (r > 0 && c > 0 && p > 1) {
     const auto n = static_cast<std::size_t>(r * c);
-    const CallInfo info{"Row", row_halo_notation};
+    const CallInfo info{"Row", row_halo_notation, false, {}, true};  // sends ledgered as kind halo
     const T* own = x.local().data();
     T* out = padded.data();
     detail::halo_pairs(
@@ -171,7 +170,7 @@ Sharded<T, RowSharded, B> halo_exchange(const HaloBlock<T, B>& dx) {
   Group g = dx.group();
   if (r > 0 && c > 0 && p > 1) {
     const auto n = static_cast<std::size_t>(r * c);
-    const CallInfo info{row_halo_notation, "Row"};
+    const CallInfo info{row_halo_notation, "Row", false, {}, true};
     const T* pad = dx.local().data();
     auto got = B::template empty<T>(r, c);
     // own[r0 : r0 + r) += what the neighbour sent back
@@ -196,13 +195,9 @@ Sharded<T, RowSharded, B> halo_exchange(const HaloBlock<T, B>& dx) {
 }  // namespace adjoint
 
 /// Bytes this rank sent in halo exchanges and halo reductions that `ledger` recorded under `scope`
-/// (its sends whose layouts are Row → Row+halo or Row+halo → Row).
+/// (its entries of kind halo: Row → Row+halo, or Row+halo → Row for the reduction).
 inline std::size_t halo_bytes(const Ledger& ledger, std::string_view scope = "") {
-  std::size_t n = 0;
-  for (const auto& e : ledger.select(scope))
-    if (e.kind == CollectiveKind::send && (e.layout_out == row_halo_notation || e.layout_in == row_halo_notation))
-      n += e.bytes;
-  return n;
+  return ledger.bytes(CollectiveKind::halo, scope);
 }
 
 }  // namespace shardalg

@@ -52,7 +52,9 @@ namespace shardalg {
 
 enum class ReduceOp { sum, max, min };
 
-enum class CollectiveKind { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send, recv };
+/// `halo`: a message of a halo exchange or reduction (collective/halo.hpp), recorded on the
+/// sending side (its receive is a `recv`).
+enum class CollectiveKind { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send, recv, halo };
 
 constexpr std::string_view to_string(CollectiveKind k) {
   switch (k) {
@@ -63,6 +65,7 @@ constexpr std::string_view to_string(CollectiveKind k) {
     case CollectiveKind::broadcast: return "broadcast";
     case CollectiveKind::send: return "send";
     case CollectiveKind::recv: return "recv";
+    case CollectiveKind::halo: return "halo";
   }
   return "?";
 }
@@ -76,6 +79,7 @@ struct CallInfo {
   std::string_view layout_out = "-";
   bool verification = false;
   std::string_view scope = {};
+  bool halo = false;  // a send of a halo exchange: the ledger records it as kind halo
 };
 
 template <class C>

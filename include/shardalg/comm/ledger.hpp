@@ -323,7 +323,7 @@ class Ledgered {
     ledger_->finish(k);
   }
   void send(const void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) {
-    const std::size_t k = ledger_->record(CollectiveKind::send, n, t, i, size(), axis_, peer);
+    const std::size_t k = ledger_->record(i.halo ? CollectiveKind::halo : CollectiveKind::send, n, t, i, size(), axis_, peer);
     forward([&](auto& c, const auto&... info) { c.send(b, n, t, peer, info...); }, i);
     ledger_->finish(k);
   }
@@ -346,7 +346,7 @@ class Ledgered {
   template <class Self = C>
     requires AsyncPointToPoint<Self>
   [[nodiscard]] Request isend(const void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) {
-    ledger_->record(CollectiveKind::send, n, t, i, size(), axis_, peer);
+    ledger_->record(i.halo ? CollectiveKind::halo : CollectiveKind::send, n, t, i, size(), axis_, peer);
     if constexpr (requires { inner_.isend(b, n, t, peer, i); }) return inner_.isend(b, n, t, peer, with_scope(i));
     else return inner_.isend(b, n, t, peer);
   }

@@ -72,7 +72,8 @@ constexpr double collective_bytes_per_rank(CollectiveKind kind, double dense_byt
     case CollectiveKind::all_to_all: return all_to_all_bytes_per_rank(dense_bytes, p);
     case CollectiveKind::broadcast: return all_reduce_bytes_per_rank(dense_bytes, p);
     case CollectiveKind::send:
-    case CollectiveKind::recv: return dense_bytes;
+    case CollectiveKind::recv:
+    case CollectiveKind::halo: return dense_bytes;
   }
   return 0;
 }
@@ -86,7 +87,8 @@ constexpr double collective_seconds(const AlphaBeta& link, CollectiveKind kind, 
     case CollectiveKind::all_to_all: return all_to_all_seconds(link, dense_bytes, p);
     case CollectiveKind::broadcast: return all_reduce_seconds(link, dense_bytes, p);
     case CollectiveKind::send:
-    case CollectiveKind::recv: return link.alpha_seconds + dense_bytes / link.beta_bytes_per_second;
+    case CollectiveKind::recv:
+    case CollectiveKind::halo: return link.alpha_seconds + dense_bytes / link.beta_bytes_per_second;
   }
   return 0;
 }
