@@ -119,6 +119,9 @@ ref::Gpt make_ref(const nn::GptConfig& c, const nn::Masters& m, std::uint64_t dr
     b.seed = dropout_seed;
     b.drop_attn = nn::tensor_id(static_cast<std::uint32_t>(l), nn::TensorKind::dropout_attn);
     b.drop_mlp = nn::tensor_id(static_cast<std::uint32_t>(l), nn::TensorKind::dropout_mlp);
+    b.attn.p = c.attn_dropout;
+    b.attn.seed = dropout_seed;
+    b.attn.tensor = nn::tensor_id(static_cast<std::uint32_t>(l), nn::attn_probs_dropout_kind);
     r.blocks.push_back(b);
   }
   r.final_norm = norm("final_norm");
@@ -185,10 +188,11 @@ Worst& worst(bool dbl) {
 }  // namespace
 
 TEST_CASE_TEMPLATE("GPT equals the dense GPT: loss and every gradient, TP 1-4, with and without SP", T, float, double) {
-  for (bool variant : {false, true}) {
+  for (int variant : {0, 1, 2}) {  // 2: variant 0 with attention dropout
     for (int p : {1, 2, 4}) {
       for (bool sp : {false, true}) {
-        const auto c = small(variant, sp);
+        auto c = small(variant == 1, sp);
+        if (variant == 2) c.attn_dropout = 0.2;
         CAPTURE(variant);
         CAPTURE(p);
         CAPTURE(sp);
@@ -211,7 +215,10 @@ TEST_CASE_TEMPLATE("GPT equals the dense GPT: loss and every gradient, TP 1-4, w
         const auto r = make_ref(c, masters, out[0].seed);
         const auto ro = ref::gpt_forward(r, x, y, c.label_smoothing, c.ignore_index);
         const auto rg = ref_grads(c, ref::gpt_backward(r, x, ro));
-        const std::string tag = std::string(variant ? "rms.swiglu.gqa2.smooth" : "ln.gelu.bias.dropout") + " p=" +
+        const std::string tag = std::string(variant == 1   ? "rms.swiglu.gqa2.smooth"
+                                            : variant == 2 ? "ln.gelu.bias.dropout.attn_dropout"
+                                                           : "ln.gelu.bias.dropout") +
+                                " p=" +
                                 std::to_string(p) + (sp ? " sp" : "");
         for (const auto& o : out) {
           CHECK(o.weights == masters);  // load ∘ unmap is the identity, at every TP size
@@ -266,6 +273,34 @@ TEST_CASE_TEMPLATE("training: the same loss curve at TP = 1, 2, 4, with and with
   MESSAGE(std::string(std::is_same_v<T, double> ? "double" : "float") << ": loss " << base.front() << " -> " << base.back()
                                                             << " in " << kSteps << " steps; largest relative difference "
                                                             << worst_diff << " (bound " << bound << ")");
+}
+
+TEST_CASE("training with attention dropout: the same loss curve at TP = 1, 2, 4, with and without SP") {
+  constexpr int kSteps = 12;
+  auto with = [](bool sp) {
+    auto c = tiny(sp);
+    c.attn_dropout = 0.1;
+    return c;
+  };
+  const auto base = train<double>(with(false), Group(SelfComm{}), kSteps);
+  const auto plain = train<double>(tiny(false), Group(SelfComm{}), kSteps);
+  CHECK(curve_diff(base, plain) > 1e-6);  // the option is on: another curve than without it
+  double worst_diff = 0;
+  for (int p : {1, 2, 4})
+    for (bool sp : {false, true}) {
+      if (p == 1 && !sp) continue;
+      CAPTURE(p);
+      CAPTURE(sp);
+      const auto curves = testing::per_rank<std::vector<double>>(p, [&](const Group& g) { return train<double>(with(sp), g, kSteps); });
+      for (const auto& cv : curves) {
+        CHECK(curve_diff(cv, base) <= 1e-9);
+        worst_diff = std::max(worst_diff, curve_diff(cv, base));
+      }
+    }
+  CHECK(base.back() < base.front());
+  MESSAGE("attention dropout 0.1: loss " << base.front() << " -> " << base.back() << " in " << kSteps
+                                         << " steps; largest relative difference at TP 2, 4 (± SP) " << worst_diff
+                                         << "; against the run without it " << curve_diff(base, plain));
 }
 
 #if SHARDALG_TEST_CHECKPOINTS
@@ -417,6 +452,10 @@ TEST_CASE("bad configurations and inputs: typed errors with exact text") {
   c = tiny(false);
   c.dropout = 1.0;
   CHECK_THROWS_WITH_AS((void)nn::Gpt<double>::init(c, Group(SelfComm{})), "Gpt: dropout 1 is outside [0, 1)", ShapeError);
+  c = tiny(false);
+  c.attn_dropout = 1.0;
+  CHECK_THROWS_WITH_AS((void)nn::Gpt<double>::init(c, Group(SelfComm{})), "Gpt: attn_dropout 1 is outside [0, 1)",
+                       ShapeError);
   c = tiny(false);
   auto model = nn::Gpt<double>::init(c, Group(SelfComm{}));
   const Ids x(63, 1), y(64, 1), x64(64, 1);

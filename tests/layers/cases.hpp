@@ -280,6 +280,33 @@ Checks case_attention(const Group& g, Index groups) {
   return cs;
 }
 
+/// Attention dropout (nn/attention.hpp) at probability `prob`: the sharded layer keys its mask by
+/// global head and sequence, the dense twin by the whole tensor's (b, h, i, j): equal at every TP.
+template <class T, class B = CpuBackend>
+Checks case_attention_dropout(const Group& g, Index groups, double prob) {
+  Checks cs;
+  const std::string tag = "attn_dropout.g" + std::to_string(groups);
+  auto ra = make_ref_attn(groups, 150, true, [](Index r, Index c, std::uint64_t s, double sc) { return rnd<T>(r, c, s, sc); });
+  const std::uint64_t seed = 0xA77D, layer = 5;
+  ra.p = prob;
+  ra.seed = seed;
+  ra.tensor = nn::tensor_id(layer, nn::attn_probs_dropout_kind);
+  const M x = rnd<T>(kTokens, kHidden, 161), dz = rnd<T>(kTokens, kHidden, 162);
+  nn::AttentionConfig cfg{kHidden, kHeads, groups, kSeq, true};
+  cfg.dropout = prob;
+  cfg.dropout_seed = seed;
+  cfg.layer = layer;
+  const auto attn = nn::Attention<T, B>::from_dense(cfg, masters_of(ra), g);
+  const auto f = attn.forward(shard_as<Replicated, T, B>(x, g));
+  const auto ro = ref::attn_forward(ra, x);
+  add(cs, tag + ".z", f.z, ro.z);
+  const auto gr = attn.backward(f.cache, shard_as<Replicated, T, B>(dz, g));
+  const auto rg = ref::attn_backward(ra, x, ro, dz);
+  add(cs, tag + ".dx", gr.dx, rg.dx);
+  add_attn_grads<T, B>(cs, tag, gr.params, rg, groups, g.size(), true);
+  return cs;
+}
+
 // ---- transformer block ------------------------------------------------------------------------------------
 struct BlockCase {
   nn::NormKind norm;
@@ -287,6 +314,7 @@ struct BlockCase {
   bool bias;
   Index groups;
   double dropout;
+  double attn_dropout = 0.0;  // on the attention probabilities
 };
 
 inline ref::Block make_ref_block(const BlockCase& bc, auto rnd_fn) {
@@ -308,6 +336,9 @@ inline ref::Block make_ref_block(const BlockCase& bc, auto rnd_fn) {
   b.seed = 0xB10C;
   b.drop_attn = nn::tensor_id(2, nn::TensorKind::dropout_attn);
   b.drop_mlp = nn::tensor_id(2, nn::TensorKind::dropout_mlp);
+  b.attn.p = bc.attn_dropout;
+  b.attn.seed = b.seed;
+  b.attn.tensor = nn::tensor_id(2, nn::attn_probs_dropout_kind);
   return b;
 }
 
@@ -323,6 +354,7 @@ inline nn::BlockConfig block_config(const BlockCase& bc) {
   c.bias = bc.bias;
   c.eps = kEps;
   c.dropout = bc.dropout;
+  c.attn_dropout = bc.attn_dropout;
   c.dropout_seed = 0xB10C;
   c.layer = 2;
   return c;
@@ -354,7 +386,7 @@ Checks case_block(const Group& g, const BlockCase& bc) {
   const int p = g.size();
   const bool center = bc.norm == nn::NormKind::layer, glu = bc.act == nn::Activation::swiglu;
   const std::string tag = std::string("block.") + (center ? "ln" : "rms") + (glu ? ".swiglu" : ".gelu") + ".g" +
-                          std::to_string(bc.groups);
+                          std::to_string(bc.groups) + (bc.attn_dropout > 0 ? ".attn_dropout" : "");
   const auto rb = make_ref_block(bc, [](Index r, Index c, std::uint64_t s, double sc) { return rnd<T>(r, c, s, sc); });
   const auto blk = make_block<T, B>(bc, rb, g);
   const M x = rnd<T>(kTokens, kHidden, 101), dy = rnd<T>(kTokens, kHidden, 102);

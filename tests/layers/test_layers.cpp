@@ -134,6 +134,30 @@ TEST_CASE("dense reference gradients agree with central finite differences") {
     CHECK(ref::fd_error(loss, a.wo, g.dwo) < kFd);
     CHECK(ref::fd_error(loss, a.bo, g.dbo) < kFd);
   }
+  for (Index groups : {4, 1}) {  // attention dropout: the mask is fixed, so the layer is smooth in its inputs
+    CAPTURE(groups);
+    ref::Attn a{R(8, 8, 131, 0.5), R(1, 8, 132, 0.5), R(8, 2 * groups, 133, 0.5), R(1, 2 * groups, 134, 0.5),
+                R(8, 2 * groups, 135, 0.5), R(1, 2 * groups, 136, 0.5), R(8, 8, 137, 0.5), R(1, 8, 138), 4, groups, 4};
+    a.p = 0.3;
+    a.seed = 9;
+    a.tensor = nn::tensor_id(1, nn::attn_probs_dropout_kind);
+    M x = R(8, 8, 139);
+    const M dz = R(8, 8, 140);
+    const auto o = ref::attn_forward(a, x);
+    int dropped = 0;
+    for (std::size_t k = 0; k < o.p.size(); ++k)
+      for (Index i = 0; i < 4; ++i)
+        for (Index j = 0; j <= i; ++j) dropped += o.pd[k](i, j) == 0.0;
+    CHECK(dropped > 0);  // some probabilities were dropped (the check below is not the p = 0 one)
+    const auto g = ref::attn_backward(a, x, o, dz);
+    auto loss = [&] { return dot(dz, ref::attn_forward(a, x).z); };
+    CHECK(ref::fd_error(loss, x, g.dx) < kFd);
+    CHECK(ref::fd_error(loss, a.wq, g.dwq) < kFd);
+    CHECK(ref::fd_error(loss, a.wk, g.dwk) < kFd);
+    CHECK(ref::fd_error(loss, a.wv, g.dwv) < kFd);
+    CHECK(ref::fd_error(loss, a.bv, g.dbv) < kFd);
+    CHECK(ref::fd_error(loss, a.wo, g.dwo) < kFd);
+  }
   for (const auto& bc : block_cases(4)) {
     CAPTURE(bc.groups);
     auto b = make_ref_block(bc, [](Index r, Index c, std::uint64_t s, double sc) { return rnd<double>(r, c, s, sc); });
@@ -189,6 +213,69 @@ TEST_CASE_TEMPLATE("causal self-attention (MHA and GQA) equals the dense attenti
 TEST_CASE_TEMPLATE("pre-LN transformer block equals the dense block", T, float, double) {
   for (int p : kWorlds)
     for (const auto& bc : block_cases(p)) expect_all<T>(p, [&](const Group& g) { return case_block<T>(g, bc); });
+}
+
+TEST_CASE_TEMPLATE("attention dropout: the sharded layer and block equal the dense twins at every TP size", T, float,
+                   double) {
+  for (int p : kWorlds)
+    for (Index groups : valid_groups(p)) {
+      CAPTURE(groups);
+      expect_all<T>(p, [&](const Group& g) { return case_attention_dropout<T>(g, groups, 0.25); });
+    }
+  for (int p : kWorlds)
+    for (auto bc : block_cases(p)) {
+      bc.attn_dropout = 0.2;
+      expect_all<T>(p, [&](const Group& g) { return case_block<T>(g, bc); });
+    }
+}
+
+TEST_CASE("attention dropout: the mask drops about p of the probabilities, depends on the key, and changes nothing "
+          "at p = 0") {
+  // The dense twin's mask over 2 sequences × 12 heads × 6 queries × keys ≤ query, p = 0.25.
+  auto ra = make_ref_attn(kHeads, 150, true, [](Index r, Index c, std::uint64_t s, double sc) { return rnd<double>(r, c, s, sc); });
+  ra.p = 0.25;
+  ra.seed = 3;
+  ra.tensor = nn::tensor_id(0, nn::attn_probs_dropout_kind);
+  int kept = 0, all = 0;
+  for (Index b = 0; b < 40; ++b)
+    for (Index h = 0; h < kHeads; ++h)
+      for (Index i = 0; i < kSeq; ++i)
+        for (Index j = 0; j <= i; ++j, ++all) kept += ref::attn_drop_factor(ra, b, h, i, j) != 0.0;
+  CHECK(std::abs(1.0 - double(kept) / all - 0.25) < 0.02);
+  // The layer's key: rank r of 4 starts at global head 3r; a replica's first sequence is row_base / seq.
+  const auto keys = testing::per_rank<nn::AttnDropout>(4, [&](const Group& g) {
+    nn::AttentionConfig cfg{kHidden, kHeads, 0, kSeq, true};
+    cfg.dropout = 0.25;
+    auto attn = nn::Attention<double>::init(cfg, g, {});
+    attn.set_dropout_row_base(3 * kSeq);
+    return attn.dropout(g);
+  });
+  for (int r = 0; r < 4; ++r) {
+    CHECK(keys[r].head0 == 3 * r);
+    CHECK(keys[r].batch0 == 3);
+    CHECK(keys[r].heads == kHeads);
+  }
+  // p = 0: the layer's output and gradients are those of the layer without the option, bit for bit.
+  for (int p : {1, 2}) {
+    const auto out = testing::per_rank<std::vector<M>>(p, [&](const Group& g) {
+      const auto ra0 = make_ref_attn(2, 50, true, [](Index r, Index c, std::uint64_t s, double sc) { return rnd<double>(r, c, s, sc); });
+      nn::AttentionConfig with{kHidden, kHeads, 2, kSeq, true, 0.0, 99, 7}, without{kHidden, kHeads, 2, kSeq, true};
+      const M x = rnd<double>(kTokens, kHidden, 61), dz = rnd<double>(kTokens, kHidden, 62);
+      std::vector<M> r;
+      for (const auto& cfg : {with, without}) {
+        const auto attn = nn::Attention<double>::from_dense(cfg, masters_of(ra0), g);
+        const auto f = attn.forward(shard<Replicated>(testing::Mat<double>(x), g));
+        const auto gr = attn.backward(f.cache, shard<Replicated>(testing::Mat<double>(dz), g));
+        r.push_back(to_dense(f.z));
+        r.push_back(to_dense(gr.dx));
+      }
+      return r;
+    });
+    for (const auto& r : out) {
+      CHECK(compare(r[0], r[2]).max_abs == 0.0);
+      CHECK(compare(r[1], r[3]).max_abs == 0.0);
+    }
+  }
 }
 
 TEST_CASE("ledger: one block is 2 all-reduces of T·h forward and 2 backward, nothing else") {
@@ -338,6 +425,14 @@ TEST_CASE("bad input: typed errors with exact text") {
                        "LayerNorm: input has 7 columns, expected 24", ShapeError);
   CHECK_THROWS_WITH_AS(on(1, [](const Group&) { nn::Dropout(1.0, 0, 0); }), "Dropout: probability 1 is outside [0, 1)",
                        ShapeError);
+  CHECK_THROWS_WITH_AS(on(2, [](const Group& g) { nn::Attention<double>::init({24, 12, 0, 6, true, 1.5}, g, {}); }),
+                       "Attention: attention dropout 1.5 is outside [0, 1)", ShapeError);
+  CHECK_THROWS_WITH_AS(on(1, [&](const Group& g) {
+                         auto c = block_cfg();
+                         c.attn_dropout = -0.1;
+                         nn::TransformerBlock<double>::init(c, g, {});
+                       }),
+                       "Attention: attention dropout -0.1 is outside [0, 1)", ShapeError);
 }
 
 TEST_CASE("z: largest relative error observed against the dense references") {

@@ -32,6 +32,9 @@ Parsed parse_options(int argc, char** argv) {
       ->check(CLI::IsMember({"thread", "mpi"}))
       ->capture_default_str();
   app.add_option("--dropout", o.dropout, "hidden dropout probability")->capture_default_str();
+  app.add_option("--attn-dropout", o.attn_dropout,
+                 "dropout on the attention probabilities (mask keyed by global sequence, head, query, key)")
+      ->capture_default_str();
   app.add_option("--act", o.act, "MLP activation")->check(CLI::IsMember({"gelu", "gelu-erf", "swiglu"}))->capture_default_str();
   app.add_option("--norm", o.norm, "norm")->check(CLI::IsMember({"layernorm", "rmsnorm"}))->capture_default_str();
   app.add_flag("--no-bias", o.no_bias, "linear layers without biases");

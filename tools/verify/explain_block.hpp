@@ -83,6 +83,7 @@ ExplainResult explain_block(const Blk& blk, const X& x, const X& dy, const Fwd& 
   const nn::Dropout da(cfg.dropout, cfg.dropout_seed, nn::tensor_id(cfg.layer, nn::TensorKind::dropout_attn));
   const nn::Dropout dm(cfg.dropout, cfg.dropout_seed, nn::tensor_id(cfg.layer, nn::TensorKind::dropout_mlp));
   const nn::AttnShape shape{x.rows() / cfg.seq, cfg.seq, lay.units(), lay.q_per_unit(), lay.head_dim};
+  const nn::AttnDropout adrop = attn.dropout(x.group());  // attention dropout's key (p = 0: inactive)
   const bool glu = cfg.act == nn::Activation::swiglu;
   const std::string drop_note = cfg.dropout > 0 ? "mask keyed by global index: the dense mask, no comm" : "p = 0: identity";
   const std::string in_lbl = SP ? "enter" : "f", out_lbl = SP ? "leave" : "g";
@@ -126,9 +127,13 @@ ExplainResult explain_block(const Blk& blk, const X& x, const X& dy, const Fwd& 
     ex.op(k, nm("QKV", qkv) + " + " + nm("bqkv", *attn.qkv().bias()) + " → " + nm("QKV", qkv));
   }
   k = ex.mark();
-  auto ao = nn::Kernels<B>::causal_attention(qkv.local(), shape);
+  auto ao = adrop.active() ? nn::Kernels<B>::causal_attention(qkv.local(), shape, adrop)
+                           : nn::Kernels<B>::causal_attention(qkv.local(), shape);
   CT o(std::move(ao.out), x.rows(), cfg.hidden, x.group());
-  ex.op(k, "softmax(causal(Q·Kᵀ/√d))·V per head: " + nm("QKV", qkv) + " → " + nm("O", o), "each rank owns whole heads: local");
+  ex.op(k, std::string(adrop.active() ? "dropout(softmax(causal(Q·Kᵀ/√d)))·V" : "softmax(causal(Q·Kᵀ/√d))·V") +
+               " per head: " + nm("QKV", qkv) + " → " + nm("O", o),
+        adrop.active() ? "each rank owns whole heads; mask keyed by global (sequence, head, query, key): local"
+                       : "each rank owns whole heads: local");
   const auto& wo = attn.proj().weight();
   k = ex.mark();
   auto zp = matmul(o, wo);
@@ -268,8 +273,9 @@ ExplainResult explain_block(const Blk& blk, const X& x, const X& dy, const Fwd& 
     ex.op(k, "Σ_rows " + nm("dZ", dz1r) + " → " + nm("dbo", *dbo));
   }
   k = ex.mark();
-  CT dqkv(nn::Kernels<B>::causal_attention_grad(qkv.local(), ao.probs, dO.local(), shape), qkv.rows(), qkv.cols(),
-          qkv.group());
+  CT dqkv(adrop.active() ? nn::Kernels<B>::causal_attention_grad(qkv.local(), ao.probs, dO.local(), shape, adrop)
+                         : nn::Kernels<B>::causal_attention_grad(qkv.local(), ao.probs, dO.local(), shape),
+          qkv.rows(), qkv.cols(), qkv.group());
   ex.op(k, "attention′ per head: " + nm("dO", dO) + " → " + nm("dQKV", dqkv), "local: whole heads");
   k = ex.mark();
   auto dap = matmul(dqkv, transpose(wqkv));

@@ -36,6 +36,7 @@ struct Options {
   std::int64_t seed_arg = 1234;  // --seed as given (signed, so that a negative one is refused, not wrapped)
   std::string backend = "thread";
   double dropout = 0.1;
+  double attn_dropout = 0.0;           // --attn-dropout: dropout on the attention probabilities
   std::string act = "gelu";
   std::string norm = "layernorm";
   bool no_bias = false;
@@ -83,6 +84,7 @@ inline nn::BlockConfig block_config(const Options& o, int layer) {
   c.bias = !o.no_bias;
   c.eps = kEps;
   c.dropout = o.dropout;
+  c.attn_dropout = o.attn_dropout;
   c.dropout_seed = drop_seed(o);
   c.layer = static_cast<std::uint32_t>(layer);
   return c;
@@ -94,6 +96,7 @@ inline nn::GptConfig gpt_config(const Options& o, bool sp) {
   gc.vocab = o.vocab, gc.hidden = o.hidden, gc.heads = o.heads, gc.groups = o.groups, gc.ffn = o.ffn;
   gc.layers = o.layers, gc.seq = o.seq, gc.batch = o.batch, gc.activation = o.activation(), gc.norm = o.norm_kind();
   gc.bias = !o.no_bias, gc.eps = kEps, gc.dropout = o.dropout, gc.sp = sp, gc.seed = o.seed;
+  gc.attn_dropout = o.attn_dropout;
   gc.vocab_divisor = o.vocab_divisor;
   return gc;
 }
@@ -170,6 +173,8 @@ inline void validate(const Options& o, int p) {
   if (o.groups < 0) throw ConfigError(cat("--groups ", o.groups, " must be 0 (= heads) or positive"));
   if (o.ffn < 0) throw ConfigError(cat("--ffn ", o.ffn, " must be 0 (= 4·hidden) or positive"));
   if (!(o.dropout >= 0.0 && o.dropout < 1.0)) throw ConfigError(cat("--dropout ", o.dropout, " is outside [0, 1)"));
+  if (!(o.attn_dropout >= 0.0 && o.attn_dropout < 1.0))
+    throw ConfigError(cat("--attn-dropout ", o.attn_dropout, " is outside [0, 1)"));
   // The layers' own checks, with their own messages (e.g. "Attention: 32 heads are not divisible by
   // tensor-parallel size 6").
   nn::TransformerBlock<double>::check(block_config(o, 0), p);

@@ -73,7 +73,8 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
   fmt::format_to(out, "shardalg-verify {} — one forward + backward pass, sharded vs dense (reference/dense.hpp)\n", kVersion);
   fmt::format_to(out, "model    GPT: {} layers, hidden {}, {} heads of {} ({} query groups), ffn {}, {}×{} = {} tokens,\n",
                  o.layers, o.hidden, o.heads, d, o.num_groups(), o.ffn_size(), o.batch, o.seq, o.tokens());
-  fmt::format_to(out, "         vocab {} (padded {}), {}, {}, dropout {:g}, {}\n", o.vocab, padded, o.norm, o.act, o.dropout, o.dtype);
+  fmt::format_to(out, "         vocab {} (padded {}), {}, {}, dropout {:g}{}, {}\n", o.vocab, padded, o.norm, o.act, o.dropout,
+                 o.attn_dropout > 0 ? fmt::format(", attention dropout {:g}", o.attn_dropout) : "", o.dtype);
   fmt::format_to(out, "sharded  TP={}{} on {}, {}\n", p, r.dp > 1 ? fmt::format(" × DP={}", r.dp) : "", r.backend_name,
                  o.sp ? "sequence parallel" : "no sequence parallelism");
   const double beta = r.cal.link.beta_bytes_per_second;

@@ -10,6 +10,11 @@
 //             dWqkv = Xᵀ[R] · dQKV[C] → C;  dbqkv → C
 //   communication: one all_reduce of T·h forward (g), one backward (f).
 //
+// Attention dropout (cfg.dropout > 0, docs/layers/attention_dropout.md): O = (P ⊙ D)·V with
+// D = mask/(1 − p), the mask keyed by (seed, layer, global sequence, global head, query, key)
+// (AttnDropout in nn/kernels.hpp), so it is the same at every TP size; backward dV = (P ⊙ D)ᵀ·dO,
+// dP = (dO·Vᵀ) ⊙ D. Local, no communication; the cache keeps P, the mask is recomputed.
+//
 // The fused QKV weight is column-parallel with Megatron's per-group layout: rank r's block is
 // `units` × [q heads of the group | k | v]. With g query groups on P ranks:
 //   g a multiple of P: each rank owns g/P groups and their heads/P query heads;
@@ -30,12 +35,18 @@
 
 namespace shardalg::nn {
 
+/// Tensor kind of the dropout on the attention probabilities (`tensor_id(layer, kind)`).
+inline constexpr TensorKind attn_probs_dropout_kind = static_cast<TensorKind>(19);
+
 struct AttentionConfig {
   Index hidden = 0;
   Index heads = 0;
   Index groups = 0;  // num_query_groups; 0 means heads (multi-head attention)
   Index seq = 0;     // sequence length: rows are batch × seq tokens, batch-major
   bool bias = true;
+  double dropout = 0.0;  // attention dropout on the softmax probabilities (Megatron's attention_dropout)
+  std::uint64_t dropout_seed = 0;
+  std::uint32_t layer = 0;  // keys the attention-dropout mask
   [[nodiscard]] Index num_groups() const { return groups == 0 ? heads : groups; }
   [[nodiscard]] Index head_dim() const { return hidden / heads; }
 };
@@ -123,6 +134,8 @@ class Attention {
       throw DivisibilityError(cat("Attention: ", g, " query groups are neither a multiple nor a divisor of ",
                                   "tensor-parallel size ", p));
     if (c.seq <= 0) throw ShapeError(cat("Attention: sequence length ", c.seq, " must be positive"));
+    if (!(c.dropout >= 0.0 && c.dropout < 1.0))
+      throw ShapeError(cat("Attention: attention dropout ", c.dropout, " is outside [0, 1)"));
     return QkvLayout{c.heads, g, c.head_dim(), p};
   }
 
@@ -198,7 +211,9 @@ class Attention {
                                    cfg_.seq));
     auto f1 = qkv_.forward(x);  // f; X[R] · Wqkv[C] → QKV[C]
     const auto shape = attn_shape(x.rows());
-    auto a = Kernels<B>::causal_attention(f1.y.local(), shape);
+    const auto drop = dropout(x.group());
+    auto a = drop.active() ? attention_dropped(f1.y.local(), shape, drop)
+                           : Kernels<B>::causal_attention(f1.y.local(), shape);
     Sharded<T, ColSharded, B> o(std::move(a.out), x.rows(), cfg_.hidden, x.group());
     auto f2 = proj_.forward_partial(o);  // O[C] · Wo[Row] → Partial
     return {std::move(f2.z), Cache{std::move(f1.cache), std::move(f1.y), std::move(a.probs), std::move(f2.cache)}};
@@ -225,14 +240,51 @@ class Attention {
     proj_.sgd(g.proj, lr);
   }
 
+  /// The attention-dropout seed (vary it per step, as the hidden dropout's: nn/block.hpp).
+  void set_dropout_seed(std::uint64_t seed) { cfg_.dropout_seed = seed; }
+  /// The global row of this rank's first token (data parallelism): its first sequence is
+  /// row_base / seq of the whole batch.
+  void set_dropout_row_base(Index base) { row_base_ = base; }
+  /// The mask's key on group g: this rank's first query head and first sequence, globally.
+  [[nodiscard]] AttnDropout dropout(const Group& g) const {
+    if (cfg_.dropout == 0.0) return {};
+    return {cfg_.dropout, cfg_.dropout_seed, tensor_id(cfg_.layer, attn_probs_dropout_kind), cfg_.heads,
+            g.rank() * (cfg_.heads / g.size()), row_base_ / cfg_.seq};
+  }
+
  private:
   AttnShape attn_shape(Index rows) const {
     return {rows / cfg_.seq, cfg_.seq, lay_.units(), lay_.q_per_unit(), lay_.head_dim};
   }
+  /// Whether the backend's kernels take an AttnDropout (the CPU's do; a backend without the
+  /// overloads, CUDA's today, refuses attention dropout instead of ignoring it).
+  static constexpr bool kernels_drop = requires(const typename B::template matrix<T>& m, const AttnShape& s,
+                                                const AttnDropout& d) {
+    Kernels<B>::causal_attention(m, s, d);
+    Kernels<B>::causal_attention_grad(m, m, m, s, d);
+  };
+  static void refuse_dropout() {
+    throw Error(detail::cat("Attention: attention dropout is not implemented for this backend's kernels (",
+                            "nn::Kernels<Backend>::causal_attention with an AttnDropout); set it to 0"));
+  }
+  auto attention_dropped(const typename B::template matrix<T>& qkv, const AttnShape& s, const AttnDropout& d) const {
+    if constexpr (kernels_drop) return Kernels<B>::causal_attention(qkv, s, d);
+    else {
+      refuse_dropout();
+      return Kernels<B>::causal_attention(qkv, s);
+    }
+  }
   /// dO[C] → dQKV[C]: the local heads' attention backward (no communication).
   Sharded<T, ColSharded, B> attention_grad(const Cache& c, const Sharded<T, ColSharded, B>& dout) const {
-    return {Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), attn_shape(dout.rows())),
-            c.qkv.rows(), c.qkv.cols(), c.qkv.group()};
+    const auto shape = attn_shape(dout.rows());
+    const auto drop = dropout(dout.group());
+    auto dqkv = [&] {
+      if (!drop.active()) return Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), shape);
+      if constexpr (kernels_drop) return Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), shape, drop);
+      refuse_dropout();
+      return Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), shape);
+    }();
+    return {std::move(dqkv), c.qkv.rows(), c.qkv.cols(), c.qkv.group()};
   }
 
   /// Sum the K/V weight (and bias) gradient columns over the ranks that hold copies of a group.
@@ -255,6 +307,7 @@ class Attention {
   QkvLayout lay_;
   Qkv qkv_;
   Proj proj_;
+  Index row_base_ = 0;
 };
 
 }  // namespace shardalg::nn

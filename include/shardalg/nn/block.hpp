@@ -3,6 +3,8 @@
 //   X[R] → LN1 → A[R] → Attention → Z1[R] → dropout → + X → Y1[R]
 //   Y1[R] → LN2 → M[R] → MLP → Z2[R] → dropout → + Y1 → Y[R]
 //
+// (attn_dropout > 0: the attention also drops softmax probabilities, keyed by global head and
+// sequence: local, the same mask at every TP size; nn/attention.hpp.)
 // LayerNorm, dropout and the residual adds run redundantly on every rank on replicated values;
 // only the two sub-layers communicate. Ledger, per block: forward 2 all_reduce of T·h (the g of
 // the attention projection and of fc2), backward 2 all_reduce of T·h (the f of the fused QKV and
@@ -38,8 +40,11 @@ struct BlockConfig {
   double dropout = 0.0;  // hidden dropout after each sub-layer, before the residual add
   std::uint64_t dropout_seed = 0;
   std::uint32_t layer = 0;  // keys the dropout masks (and, through InitConfig, the weights)
+  double attn_dropout = 0.0;  // dropout on the attention probabilities (nn/attention.hpp), same seed
 
-  [[nodiscard]] AttentionConfig attention() const { return {hidden, heads, groups, seq, bias}; }
+  [[nodiscard]] AttentionConfig attention() const {
+    return {hidden, heads, groups, seq, bias, attn_dropout, dropout_seed, layer};
+  }
   [[nodiscard]] MlpConfig mlp() const { return {hidden, ffn, act, bias}; }
 };
 
@@ -114,11 +119,13 @@ class BlockParts {
   void set_dropout_row_base(Index base) {
     drop_attn_.row_base = base;
     drop_mlp_.row_base = base;
+    attn_.set_dropout_row_base(base);
   }
   /// The dropout masks' seed (vary it per step: a mask is a function of (seed, tensor, index)).
   void set_dropout_seed(std::uint64_t seed) {
     cfg_.dropout_seed = seed;
     drop_attn_.seed = drop_mlp_.seed = seed;
+    attn_.set_dropout_seed(seed);
   }
 
   /// Plain SGD on every parameter. For the sequence-parallel block, handed its unreduced

@@ -63,6 +63,7 @@ struct GptConfig {
   bool bias = true;
   double eps = 1e-5;
   double dropout = 0.0;  // after the embedding and after each sub-layer
+  double attn_dropout = 0.0;  // on the attention probabilities (nn/attention.hpp)
   bool sp = false;       // sequence parallelism
   std::uint64_t seed = 1234;
   double init_std = 0.02;
@@ -84,6 +85,7 @@ struct GptConfig {
     c.bias = bias;
     c.eps = eps;
     c.dropout = dropout;
+    c.attn_dropout = attn_dropout;
     c.dropout_seed = seed;
     c.layer = layer;
     return c;
@@ -141,6 +143,8 @@ class Gpt {
     if (!(std::isfinite(c.eps) && c.eps > 0)) throw ShapeError(cat("Gpt: eps ", c.eps, " must be positive and finite"));
     if (!(std::isfinite(c.init_std) && c.init_std >= 0))
       throw ShapeError(cat("Gpt: init_std ", c.init_std, " must be finite and not negative"));
+    if (!(c.attn_dropout >= 0.0 && c.attn_dropout < 1.0))
+      throw ShapeError(cat("Gpt: attn_dropout ", c.attn_dropout, " is outside [0, 1)"));
     Plain::check(c.block(0), p);                       // Attention: heads, groups; Mlp: ffn
     if (c.sp) Sp::check_tokens(c.tokens(), p);
     if (!(c.dropout >= 0.0 && c.dropout < 1.0))

@@ -17,6 +17,10 @@
 //   swiglu(h), swiglu_grad(h, da)          silu(gate) ⊙ up on a [gate | up] block, and its adjoint
 //   dropout(x, p, seed, tensor, r0, c0)    the mask as a function of the global index
 //   causal_attention(qkv, shape), causal_attention_grad(qkv, probs, dout, shape)
+//   causal_attention(qkv, shape, drop), causal_attention_grad(qkv, probs, dout, shape, drop)
+//                                          with dropout on the probabilities (AttnDropout below;
+//                                          optional: a backend without these overloads refuses
+//                                          attention dropout, nn/attention.hpp)
 //
 // Elementwise activations (GeLU tanh/erf and their derivatives) are plain functors used through
 // the core's `map`; a device backend needs them callable on the device (see nn/activation.hpp).
@@ -42,6 +46,29 @@ struct AttnShape {
   Index batch, seq, units, q_per_unit, head_dim;
   [[nodiscard]] Index unit_width() const { return (q_per_unit + 2) * head_dim; }
   [[nodiscard]] Index out_width() const { return units * q_per_unit * head_dim; }
+};
+
+/// Dropout on the attention probabilities, keyed by global indices: P[b, h, i, j] (sequence b,
+/// query head h, query i, key j, all global) is kept when
+///
+///     uniform(seed, tensor, (b·heads + h)·seq + i, j) ≥ p        (nn/random.hpp)
+///
+/// and scaled by 1/(1 − p). A rank's local head k (the k-th query head of its QKV block) is global
+/// head head0 + k, its local sequence b is global batch0 + b; so the mask does not depend on how
+/// the heads are split (TP), how the sequences are split (DP) or on grouped K/V. p = 0: inactive.
+struct AttnDropout {
+  double p = 0.0;
+  std::uint64_t seed = 0, tensor = 0;
+  Index heads = 0;   // query heads of the whole layer
+  Index head0 = 0;   // global index of this rank's first query head
+  Index batch0 = 0;  // global index of the local block's first sequence
+  [[nodiscard]] bool active() const { return p > 0.0; }
+  /// The scale of a kept probability (1/(1 − p)) or 0, at local (sequence b, head k, query i, key j).
+  template <class T>
+  [[nodiscard]] T factor(Index b, Index k, Index seq, Index i, Index j) const {
+    const Index row = ((batch0 + b) * heads + head0 + k) * seq + i;
+    return uniform_at(seed, tensor, row, j) >= p ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+  }
 };
 
 template <>
@@ -193,8 +220,9 @@ struct Kernels<CpuBackend> {
     M<T> probs;  // [(batch·units·q_per_unit)·seq, seq]: softmax(QKᵀ/√d) per (batch, head)
   };
 
+  /// drop (optional): O = (P ⊙ mask/(1 − p))·V; probs keeps P itself (the backward recomputes the mask).
   template <class T>
-  static AttnOut<T> causal_attention(const M<T>& qkv, const AttnShape& s) {
+  static AttnOut<T> causal_attention(const M<T>& qkv, const AttnShape& s, const AttnDropout& drop = {}) {
     const T scale = T(1) / std::sqrt(T(s.head_dim));
     const Index d = s.head_dim, uw = s.unit_width();
     AttnOut<T> o{M<T>::Zero(s.batch * s.seq, s.out_width()),
@@ -213,7 +241,9 @@ struct Kernels<CpuBackend> {
             for (Index c = 0; c <= i; ++c) sum += (p(i, c) = std::exp(scores(i, c) - mx));
             p.row(i).head(i + 1) /= sum;
           }
-          o.out.block(b * s.seq, (u * s.q_per_unit + j) * d, s.seq, d).noalias() = p * v;
+          auto out = o.out.block(b * s.seq, (u * s.q_per_unit + j) * d, s.seq, d);
+          if (drop.active()) out.noalias() = p.cwiseProduct(factors<T>(drop, b, u * s.q_per_unit + j, s.seq)) * v;
+          else out.noalias() = p * v;
         }
       }
     return o;
@@ -221,8 +251,10 @@ struct Kernels<CpuBackend> {
 
   /// dQKV from dOut: dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P ⊙ (dP − rowsum(dP ⊙ P)), dQ = dS·K/√d,
   /// dK = dSᵀ·Q/√d; K and V gradients are summed over the query heads of their unit.
+  /// With dropout (D = mask/(1 − p), P̃ = P ⊙ D): dV = P̃ᵀ·dO, dP = (dO·Vᵀ) ⊙ D, the rest as above.
   template <class T>
-  static M<T> causal_attention_grad(const M<T>& qkv, const M<T>& probs, const M<T>& dout, const AttnShape& s) {
+  static M<T> causal_attention_grad(const M<T>& qkv, const M<T>& probs, const M<T>& dout, const AttnShape& s,
+                                    const AttnDropout& drop = {}) {
     const T scale = T(1) / std::sqrt(T(s.head_dim));
     const Index d = s.head_dim, uw = s.unit_width();
     M<T> dqkv = M<T>::Zero(qkv.rows(), qkv.cols());
@@ -236,8 +268,14 @@ struct Kernels<CpuBackend> {
           const auto q = qkv.block(r0, qc, s.seq, d);
           const auto p = probs.block(((b * s.units + u) * s.q_per_unit + j) * s.seq, 0, s.seq, s.seq);
           const auto dO = dout.block(r0, (u * s.q_per_unit + j) * d, s.seq, d);
-          dqkv.block(r0, vc, s.seq, d).noalias() += p.transpose() * dO;
-          const M<T> dp = dO * v.transpose();
+          M<T> dp = dO * v.transpose();
+          if (drop.active()) {
+            const M<T> f = factors<T>(drop, b, u * s.q_per_unit + j, s.seq);  // mask/(1 − p)
+            dqkv.block(r0, vc, s.seq, d).noalias() += p.cwiseProduct(f).transpose() * dO;
+            dp = dp.cwiseProduct(f);
+          } else {
+            dqkv.block(r0, vc, s.seq, d).noalias() += p.transpose() * dO;
+          }
           M<T> ds(s.seq, s.seq);
           for (Index i = 0; i < s.seq; ++i) {
             const T dot = dp.row(i).dot(p.row(i));
@@ -248,6 +286,16 @@ struct Kernels<CpuBackend> {
         }
       }
     return dqkv;
+  }
+
+ private:
+  /// mask/(1 − p) of local sequence b and local head k, [seq, seq] (0 above the diagonal).
+  template <class T>
+  static M<T> factors(const AttnDropout& drop, Index b, Index k, Index seq) {
+    M<T> f = M<T>::Zero(seq, seq);
+    for (Index i = 0; i < seq; ++i)
+      for (Index c = 0; c <= i; ++c) f(i, c) = drop.factor<T>(b, k, seq, i, c);
+    return f;
   }
 };
 

@@ -160,14 +160,27 @@ inline NormGrads norm_backward(const Norm& n, const NormOut& o, const M& dy) {
 }
 
 // ---- causal self-attention with grouped K/V heads -----------------------------------------------------
+// Attention dropout (p > 0): the probability of sequence b, head h, query i, key j is kept when
+// uniform(seed, tensor, (b·heads + h)·seq + i, j) ≥ p and then scaled by 1/(1 − p); O = P̃·V with
+// P̃ the dropped probabilities. `batch0` is the global index of the first sequence (a data-parallel
+// replica's offset).
 struct Attn {
   M wq, bq, wk, bk, wv, bv, wo, bo;
   Index heads, groups, seq;
+  double p = 0;  // attention dropout
+  std::uint64_t seed = 0, tensor = 0;
+  Index batch0 = 0;
 };
 struct AttnOut {
   M q, k, v, o, z;
-  std::vector<M> p;  // per (batch, head)
+  std::vector<M> p;   // per (batch, head): softmax
+  std::vector<M> pd;  // the same after attention dropout (= p when a.p is 0)
 };
+/// The attention-dropout factor of (sequence b, head h, query i, key j): 0 or 1/(1 − p).
+inline double attn_drop_factor(const Attn& a, Index b, Index h, Index i, Index j) {
+  const Index row = ((a.batch0 + b) * a.heads + h) * a.seq + i;
+  return shardalg::nn::uniform_at(a.seed, a.tensor, row, j) < a.p ? 0.0 : 1.0 / (1.0 - a.p);
+}
 struct AttnGrads {
   M dx, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo;
 };
@@ -190,8 +203,13 @@ inline AttnOut attn_forward(const Attn& a, const M& x) {
         for (Index j = 0; j <= i; ++j) den += (p(i, j) = std::exp(q.row(i).dot(k.row(j)) / std::sqrt(double(d)) - mx));
         for (Index j = 0; j <= i; ++j) p(i, j) /= den;
       }
-      r.o.block(b * s, h * d, s, d) = p * v;
+      M pd = p;
+      if (a.p > 0)
+        for (Index i = 0; i < s; ++i)
+          for (Index j = 0; j <= i; ++j) pd(i, j) *= attn_drop_factor(a, b, h, i, j);
+      r.o.block(b * s, h * d, s, d) = pd * v;
       r.p.push_back(p);
+      r.pd.push_back(pd);
     }
   r.z = linear(r.o, a.wo, a.bo);
   return r;
@@ -210,14 +228,17 @@ inline AttnGrads attn_backward(const Attn& a, const M& x, const AttnOut& r, cons
       const M& p = r.p[idx];
       const M q = r.q.block(b * s, h * d, s, d), k = r.k.block(b * s, g_ * d, s, d), v = r.v.block(b * s, g_ * d, s, d);
       const M dO = go.dx.block(b * s, h * d, s, d);
-      const M dp = dO * v.transpose();
+      M dp = dO * v.transpose();  // d P̃, then (dropout) d P = d P̃ ⊙ factor
+      if (a.p > 0)
+        for (Index i = 0; i < s; ++i)
+          for (Index j = 0; j < s; ++j) dp(i, j) *= j <= i ? attn_drop_factor(a, b, h, i, j) : 0.0;
       M ds(s, s);
       for (Index i = 0; i < s; ++i) {
         double dot = 0;
         for (Index j = 0; j < s; ++j) dot += dp(i, j) * p(i, j);
         for (Index j = 0; j < s; ++j) ds(i, j) = p(i, j) * (dp(i, j) - dot) / std::sqrt(double(d));
       }
-      dv.block(b * s, g_ * d, s, d) += p.transpose() * dO;
+      dv.block(b * s, g_ * d, s, d) += r.pd[idx].transpose() * dO;
       dq.block(b * s, h * d, s, d) += ds * k;
       dk.block(b * s, g_ * d, s, d) += ds.transpose() * q;
     }
