@@ -121,6 +121,9 @@ TEST_CASE_TEMPLATE("invariant: f, g, all_gather<I>, split and to_partial from I 
       CHECK(hc.local() == a.middleCols(r * (s.cols / p), s.cols / p));
       auto hp = to_partial(h);
       CHECK(to_dense(hp) == a);  // to_dense's all_reduce is verification traffic: not recorded
+      // R → I, free: the same block, now typed as whole-gradient.
+      Sharded<T, Invariant> ri = to_invariant(shard<Replicated>(a, g));
+      CHECK(ri.local() == a);
       CHECK(ledger.count() == 0);
       // g: Partial → I, one all_reduce recorded Partial -> I.
       Sharded<T, Partial> z(testing::summand<T>(s.rows, s.cols, seed, r), s.rows, s.cols, g);
@@ -157,7 +160,7 @@ TEST_CASE("invariant: the adjoint laws of the typed table hold exactly; the laye
     const auto seed = static_cast<std::uint64_t>(gen());
     const Mat<double> a = random_int<double>(s.rows, s.cols, seed), b = random_int<double>(s.rows, s.cols, seed + 1);
     std::vector<double> lhs_f(p), rhs_f(p), lhs_g(p), rhs_g(p), lhs_r(p), rhs_r(p), wrong_r(p), lhs_ag(p), rhs_ag(p),
-        lhs_sp(p), rhs_sp(p);
+        lhs_sp(p), rhs_sp(p), lhs_ti(p), rhs_ti(p);
     run_ranks(p, [&](ThreadComm& comm) {
       Group g(comm);
       const int r = g.rank();
@@ -186,12 +189,17 @@ TEST_CASE("invariant: the adjoint laws of the typed table hold exactly; the laye
       auto dyc = shard<ColSharded>(b, g);
       lhs_sp[r] = pairing(split<ColSharded>(x), dyc);                 // (C, C)
       rhs_sp[r] = pairing(x, adjoint::split<Invariant>(dyc));         // (I, I), once
+      // to_invariant: R → I; its adjoint puts the whole cotangent on rank 0: to_partial (I → Partial).
+      auto xr2 = shard<Replicated>(a, g);
+      lhs_ti[r] = pairing(to_invariant(xr2), dzi);                    // (I, I), once
+      rhs_ti[r] = pairing(xr2, to_partial(Sharded<double, Replicated>(dzi.local(), s.rows, s.cols, g)));  // (R, Partial)
     });
     CHECK(total(lhs_f) == total(rhs_f));
     CHECK(total(lhs_g) == total(rhs_g));
     CHECK(total(lhs_r) == total(rhs_r));
     CHECK(total(lhs_ag) == total(rhs_ag));
     CHECK(total(lhs_sp) == total(rhs_sp));
+    CHECK(total(lhs_ti) == total(rhs_ti));
     // The operands are nonzero integers, so the law is not 0 = 0 by accident.
     CHECK(total(lhs_f) != 0);
     if (p > 1) CHECK(total(wrong_r) != total(lhs_r));
