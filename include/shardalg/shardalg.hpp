@@ -11,6 +11,7 @@
 #include "shardalg/core/rules.hpp"
 #include "shardalg/core/backend_cpu.hpp"
 #include "shardalg/core/threads.hpp"
+#include "shardalg/core/allocator.hpp"
 #include "shardalg/core/sharded.hpp"
 #include "shardalg/core/matmul.hpp"
 #include "shardalg/core/elementwise.hpp"

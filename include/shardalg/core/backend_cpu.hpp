@@ -19,6 +19,8 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+
+#include "shardalg/core/col_sum_order.hpp"
 #include <string_view>
 #include <type_traits>
 
@@ -141,11 +143,16 @@ struct CpuBackend {
     return m;
   }
 
-  /// f applied elementwise; a functor with an `array(x)` form (a whole-array expression, e.g.
-  /// nn::GeluTanh) runs vectorised.
+  /// f applied elementwise; a functor with a `cpu_apply(in, out, n)` for this element type (a
+  /// contiguous kernel: nn::GeluTanh on float, core/simd.hpp) runs that, one with an `array(x)`
+  /// form (a whole-array expression) runs vectorised by Eigen.
   template <class T, class F>
   static matrix<T> map(const matrix<T>& x, F f) {
-    if constexpr (requires { f.array(x.array()); }) return f.array(x.array()).matrix();
+    if constexpr (requires(T* out) { f.cpu_apply(x.data(), out, x.size()); }) {
+      matrix<T> y(x.rows(), x.cols());
+      f.cpu_apply(x.data(), y.data(), x.size());
+      return y;
+    } else if constexpr (requires { f.array(x.array()); }) return f.array(x.array()).matrix();
     else return x.unaryExpr(f);
   }
   /// Each element converted to U (static_cast semantics).
@@ -157,10 +164,17 @@ struct CpuBackend {
   static matrix<T> zip(const matrix<T>& x, const matrix<T>& y, F f) {
     return x.binaryExpr(y, f);
   }
-  /// [1, K]: Σ over rows.
+  /// [1, K]: Σ over rows. float and double stream the rows in Eigen's order (Eigen's bits, one
+  /// sweep of memory: core/col_sum_order.hpp).
   template <class T>
   static matrix<T> col_sum(const matrix<T>& x) {
-    return x.colwise().sum();
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      matrix<T> s(1, x.cols());
+      ColSumOrder<T>::sum(x.data(), x.rows(), x.cols(), x.cols(), s.data());
+      return s;
+    } else {
+      return x.colwise().sum();
+    }
   }
   /// [I, 1]: Σ over columns.
   template <class T>

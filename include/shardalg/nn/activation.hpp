@@ -8,14 +8,16 @@
 #include <cmath>
 
 #include "shardalg/core/functors.hpp"  // SHARDALG_HD
+#include "shardalg/core/simd.hpp"
 
 namespace shardalg::nn {
 
 enum class Activation { gelu_tanh, gelu_erf, swiglu };
 
 /// GeLU, tanh approximation: ½x(1 + tanh(√(2/π)(x + 0.044715x³))).
-/// `array` is the same function on a whole Eigen array, which the CPU backend prefers: Eigen
-/// vectorises tanh for float (its rational approximation, within a few ulp of std::tanh).
+/// On the CPU, float runs `cpu_apply`: core/simd.hpp's x·σ(2u), vectorised for the CPU at run
+/// time, the same bits in every build (and in the fused kernels, nn/fused.hpp); other types run
+/// `array`, the same function on a whole Eigen array.
 struct GeluTanh {
   static constexpr bool device_callable = true;
   template <class T>
@@ -29,6 +31,7 @@ struct GeluTanh {
     const T k = T(0.7978845608028654), c = T(0.044715);
     return T(0.5) * x * (T(1) + (k * (x + c * x.cube())).tanh());
   }
+  void cpu_apply(const float* x, float* y, long n) const { simd::gelu_tanh(x, y, n); }
 };
 /// d/dx of GeluTanh: ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²), t = tanh(…).
 struct GeluTanhGrad {
@@ -46,6 +49,7 @@ struct GeluTanhGrad {
     const auto t = (k * (x + c * x.cube())).tanh().eval();
     return (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t.square()) * k * (T(1) + T(3) * c * x.square())).eval();
   }
+  void cpu_apply(const float* x, float* y, long n) const { simd::gelu_tanh_grad(x, y, n); }
 };
 /// GeLU, exact: x·Φ(x) = ½x(1 + erf(x/√2)).
 struct GeluErf {
