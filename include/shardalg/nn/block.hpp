@@ -192,13 +192,13 @@ class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B>
       auto s = detail::maybe_scope(x.group(), "attn");
       return attn_.forward(l1.y);
     }();
-    Input y1 = x + drop_attn_.forward(a.z);
+    Input y1 = drop_attn_.forward_add(x, a.z);  // x + dropout(z), one pass (nn/fused.hpp)
     auto l2 = ln2_.forward(y1);
     auto m = [&] {
       auto s = detail::maybe_scope(x.group(), "mlp");
       return mlp_.forward(l2.y);
     }();
-    Input y = y1 + drop_mlp_.forward(m.z);
+    Input y = drop_mlp_.forward_add(y1, m.z);
     return {std::move(y), Cache{std::move(l1.cache), std::move(a.cache), std::move(l2.cache), std::move(m.cache)}};
   }
 

@@ -4,6 +4,7 @@
 //   forward   X[L] → Y[L] for L = R, Row or C (each rank masks its own block by global index);
 //             on Partial too: dropout with a fixed mask is linear, (Σ X_r) ⊙ m = Σ (X_r ⊙ m)
 //   backward  dX = dY ⊙ mask / (1 − p), same layout; the mask is recomputed, nothing is stored
+//   forward_add(x, z) = x + forward(z): the residual add fused into the same pass
 //
 // The sharded mask equals the dense mask for any layout and any world size, so Megatron's
 // "synchronised RNG state" for replicated regions and "different state per rank" for sharded
@@ -12,7 +13,9 @@
 
 #include <cstdint>
 
+#include "shardalg/core/elementwise.hpp"
 #include "shardalg/core/sharded.hpp"
+#include "shardalg/nn/fused.hpp"
 #include "shardalg/nn/kernels.hpp"
 
 namespace shardalg::nn {
@@ -37,6 +40,15 @@ struct Dropout {
   template <class T, class L, class B>
   Sharded<T, L, B> backward(const Sharded<T, L, B>& dy) const {
     return apply(dy);  // the same mask and scale: dropout is linear in its input
+  }
+  /// The residual add after a sub-layer, x + forward(z), in one pass (nn/fused.hpp): the same
+  /// values as `x + forward(z)`, and the same checks as the core's add (x's layout, E112).
+  template <class T, class L, class B>
+  Sharded<T, L, B> forward_add(const Sharded<T, L, B>& x, const Sharded<T, L, B>& z) const {
+    const Group& g = shardalg::detail::same_shape_group(x, z, "add");
+    auto e = explain_op(g, "add", dtype_of<T>, [&] { return shardalg::detail::binary_notation(x, " + ", z); });
+    return Sharded<T, L, B>(Fused<B>::dropout_add(x.local(), z.local(), p, seed, tensor, row_base + z.row_offset(), z.col_offset()),
+                            x.rows(), x.cols(), g);
   }
 
  private:

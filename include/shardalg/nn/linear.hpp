@@ -181,11 +181,17 @@ class ColumnParallelLinear : public detail::LinearParams<ColumnParallelLinear<T,
 
   /// X[R] → Y[C].
   Forward forward(const Input& x) const {
+    auto f = forward_unbiased(x);
+    if (b_) f.y = add_bias(f.y, *b_);
+    return f;
+  }
+  /// X[R] → X·W[C], the bias not yet added: a caller that fuses the bias into the next pass
+  /// (nn::Mlp: bias + activation, nn/fused.hpp) adds bias() itself.
+  Forward forward_unbiased(const Input& x) const {
     detail::require_cols(name_, x.cols(), w_.rows());
     Input xf = copy_to(x);  // f: identity forward
     Output y = matmul(xf, w_);
-    if (b_) y = add_bias(y, *b_);
-    return {std::move(y), Cache{x}};
+    return {std::move(y), Cache{std::move(xf)}};
   }
   /// X[R] → Y[R] (gather_output): all_gather after the local product.
   GatheredForward forward_gathered(const Input& x) const {
@@ -193,39 +199,40 @@ class ColumnParallelLinear : public detail::LinearParams<ColumnParallelLinear<T,
     return {all_gather(f.y), std::move(f.cache)};
   }
 
-  /// dY[C] → dX[Partial] and the parameter gradients; no communication.
-  PartialGrads backward_partial(const Cache& c, const Output& dy) const {
+  /// dY[C] → dX[Partial] and the parameter gradients; no communication. `db`: the bias
+  /// gradient col_sum(dY) when the caller computed it in its own pass (nn/fused.hpp).
+  PartialGrads backward_partial(const Cache& c, const Output& dy, std::optional<Bias> db = std::nullopt) const {
     Sharded<T, Partial, B> dx = matmul(dy, transpose(w_));  // dY[C] · Wᵀ[Row] → Partial
     Weight dw = matmul(transpose(c.x), dy);                  // Xᵀ[R] · dY[C] → C
-    std::optional<Bias> db;
-    if (b_) db = col_sum(dy);  // C → C
+    if (b_ && !db) db = col_sum(dy);  // C → C
+    if (!b_) db.reset();
     return {std::move(dx), {std::move(dw), std::move(db)}};
   }
   /// dY[C] → dX[R]: f's adjoint all-reduces the Partial input gradient, overlapped with the
-  /// weight-gradient GEMM when set_overlap asks for it.
-  Grads backward(const Cache& c, const Output& dy) const {
+  /// weight-gradient GEMM when set_overlap asks for it. `db` as for backward_partial.
+  Grads backward(const Cache& c, const Output& dy, std::optional<Bias> db = std::nullopt) const {
     Group g = dy.group();
     if (overlap_.mode == Overlap::automatic && tuner_.choice < 0 && (g.size() == 1 || !g.async_all_reduce()))
       tuner_.choice = 0;  // nothing to overlap with: sequential, no calibration
     if (g.size() == 1 || overlap_.mode == Overlap::off || (overlap_.mode == Overlap::automatic && tuner_.choice == 0))
-      return backward_sequential(c, dy);
-    if (overlap_.mode == Overlap::on) return backward_overlapped(c, dy);
+      return backward_sequential(c, dy, std::move(db));
+    if (overlap_.mode == Overlap::on) return backward_overlapped(c, dy, std::move(db));
     const bool overlapped = tuner_.next_overlapped();
     const auto t0 = std::chrono::steady_clock::now();
-    Grads out = overlapped ? backward_overlapped(c, dy) : backward_sequential(c, dy);
+    Grads out = overlapped ? backward_overlapped(c, dy, std::move(db)) : backward_sequential(c, dy, std::move(db));
     tuner_.record(overlapped, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), g);
     return out;
   }
   /// The sequential schedule (Overlap::off): dX, dW, db, then f's adjoint all-reduces dX.
-  Grads backward_sequential(const Cache& c, const Output& dy) const {
-    auto pg = backward_partial(c, dy);
+  Grads backward_sequential(const Cache& c, const Output& dy, std::optional<Bias> db = std::nullopt) const {
+    auto pg = backward_partial(c, dy, std::move(db));
     return {adjoint::copy_to(std::move(pg.dx)), std::move(pg.params)};
   }
   /// The overlap schedule (Overlap::on, whatever the group):
   ///   dX = dY[C] · Wᵀ[Row] → Partial;  start all_reduce → dX[R]   (f's adjoint, in flight)
   ///   dW = Σ_k X[k]ᵀ[R] · dY[k][C] → C, k over `chunks` token blocks, test() after each
   ///   db = col_sum(dY[C]);  wait → dX[R]
-  Grads backward_overlapped(const Cache& c, const Output& dy) const {
+  Grads backward_overlapped(const Cache& c, const Output& dy, std::optional<Bias> db = std::nullopt) const {
     auto pending = all_reduce_start(Sharded<T, Partial, B>(matmul(dy, transpose(w_))));
     const Index m = dy.rows(), step = std::max<Index>(1, (m + overlap_.chunks - 1) / overlap_.chunks);
     auto xt = B::view(c.x.local(), true);  // Xᵀ: [in, m]
@@ -236,8 +243,8 @@ class ColumnParallelLinear : public detail::LinearParams<ColumnParallelLinear<T,
       B::gemm(T(1), xt.slice_cols(k0, len), vdy.slice_rows(k0, len), k0 == 0 ? T(0) : T(1), dw);
       pending.test();
     }
-    std::optional<Bias> db;
-    if (b_) db = col_sum(dy);
+    if (b_ && !db) db = col_sum(dy);
+    if (!b_) db.reset();
     return {std::move(pending).wait(), {Weight(std::move(dw), w_.rows(), w_.cols(), dy.group()), std::move(db)}};
   }
   void set_overlap(OverlapConfig o) {

@@ -1,10 +1,12 @@
 // shardalg/nn/mlp.hpp — the Megatron MLP: column-parallel fc1, activation, row-parallel fc2.
 //
 //   forward   f: X[R];  X[R] · W1[C] + b1[C] → H[C];  act(H)[C] → A[C]   (GeLU: map; SwiGLU: local
-//             silu(gate) ⊙ up on each rank's [gate_r | up_r] block)
+//             silu(gate) ⊙ up on each rank's [gate_r | up_r] block); the bias add and the
+//             activation are one pass (nn/fused.hpp: Megatron's bias_activation_fusion)
 //             A[C] · W2[Row] → Z[Partial];  g: all_reduce → Z[R];  + b2[R]
 //   backward  dZ[R];  dA = dZ[R] · W2ᵀ[C] → dA[C];  dW2 = Aᵀ[Row] · dZ[R] → dW2[Row];  db2 → R
-//             dH = dA ⊙ act'(H) → dH[C] (SwiGLU: the local adjoint of the gated product)
+//             dH = dA ⊙ act'(H) → dH[C] (SwiGLU: the local adjoint of the gated product), and
+//             db1 = col_sum(dH) in the same pass (nn/fused.hpp)
 //             dX = dH[C] · W1ᵀ[Row] → Partial;  f's adjoint: all_reduce → dX[R]
 //             dW1 = Xᵀ[R] · dH[C] → C;  db1 → C
 //   communication: one all_reduce of T·h forward (g), one backward (f).
@@ -16,6 +18,7 @@
 
 #include "shardalg/core/elementwise.hpp"
 #include "shardalg/nn/activation.hpp"
+#include "shardalg/nn/fused.hpp"
 #include "shardalg/nn/kernels.hpp"
 #include "shardalg/nn/linear.hpp"
 
@@ -155,16 +158,16 @@ class Mlp {
   /// X[R] → Z[Partial]: everything but g and b2 (added by fc2().add_output_bias).
   PartialForward forward_partial(const Input& x) const {
     detail::require_cols("Mlp", x.cols(), cfg_.hidden);
-    auto f1 = fc1_.forward(x);  // f inside: X[R] · W1[C] → H[C]
-    Sharded<T, ColSharded, B> a = activate(f1.y);
+    auto f1 = fc1_.forward_unbiased(x);  // f inside: X[R] · W1[C] → Y[C]
+    Sharded<T, ColSharded, B> a = bias_activate(f1.y);  // H = Y + b1 (in place), A = act(H): one pass
     auto f2 = fc2_.forward_partial(a);  // A[C] · W2[Row] → Partial
     return {std::move(f2.z), Cache{std::move(f1.cache), std::move(f1.y), std::move(f2.cache)}};
   }
 
   Grads backward(const Cache& c, const Input& dz) const {
     auto g2 = fc2_.backward(c.fc2, dz);  // dA[C], dW2[Row], db2[R]
-    Sharded<T, ColSharded, B> dh = activate_grad(c.h, g2.dh);
-    auto g1 = fc1_.backward(c.fc1, dh);  // f's adjoint: all_reduce → dX[R] (overlapped with dW1 if set)
+    auto [dh, db1] = activate_grad(c.h, std::move(g2.dh));  // dH = dA ⊙ act'(H) and db1 = Σ dH: one pass
+    auto g1 = fc1_.backward(c.fc1, dh, std::move(db1));  // f's adjoint: all_reduce → dX[R] (overlapped with dW1 if set)
     return {std::move(g1.dx), {std::move(g1.params), std::move(g2.params)}};
   }
   /// Overlap f's backward all-reduce with fc1's weight-gradient GEMM (ColumnParallelLinear).
@@ -172,8 +175,8 @@ class Mlp {
   /// dZ[R] (the whole cotangent) → dX[Partial] before f's all-reduce, and the parameter gradients.
   PartialGrads backward_partial(const Cache& c, const Input& dz) const {
     auto g2 = fc2_.backward(c.fc2, dz);  // dA[C], dW2[Row], db2[R]
-    Sharded<T, ColSharded, B> dh = activate_grad(c.h, g2.dh);
-    auto g1 = fc1_.backward_partial(c.fc1, dh);  // dX[Partial]
+    auto [dh, db1] = activate_grad(c.h, std::move(g2.dh));
+    auto g1 = fc1_.backward_partial(c.fc1, dh, std::move(db1));  // dX[Partial]
     return {std::move(g1.dx), {std::move(g1.params), std::move(g2.params)}};
   }
 
@@ -183,22 +186,30 @@ class Mlp {
   }
 
  private:
-  Sharded<T, ColSharded, B> activate(const Sharded<T, ColSharded, B>& h) const {
-    switch (cfg_.act) {
-      case Activation::gelu_tanh: return map(h, GeluTanh{});
-      case Activation::gelu_erf: return map(h, GeluErf{});
-      case Activation::swiglu: break;
-    }
-    return Sharded<T, ColSharded, B>(Kernels<B>::swiglu(h.local()), h.rows(), cfg_.ffn, h.group());
+  using Col = Sharded<T, ColSharded, B>;
+  /// Y[C] (fc1's product) → H = Y + b1 in place (kept for the backward), A = act(H) (SwiGLU: the
+  /// gated product, [T, F/P]): nn::Fused's bias_act, one pass.
+  Col bias_activate(Col& y) const {
+    const auto& b = fc1_.bias();
+    auto e = explain_op(y.group(), "bias_act", dtype_of<T>, [&] {
+      return shardalg::detail::cat("act(", notation(y), " + 1·b[C]) → ", notation(y.rows(), act_cols(y), LayoutKind::col));
+    });
+    auto a = Fused<B>::bias_act(y.local(), b ? &b->local() : nullptr, cfg_.act);
+    return Col(std::move(a), y.rows(), act_cols(y), y.group());
   }
-  Sharded<T, ColSharded, B> activate_grad(const Sharded<T, ColSharded, B>& h, const Sharded<T, ColSharded, B>& da) const {
-    switch (cfg_.act) {
-      case Activation::gelu_tanh: return hadamard(da, map(h, GeluTanhGrad{}));
-      case Activation::gelu_erf: return hadamard(da, map(h, GeluErfGrad{}));
-      case Activation::swiglu: break;
-    }
-    const Group& g = shardalg::detail::result_group(h.group(), da.group(), "swiglu_grad");  // as hadamard's above
-    return Sharded<T, ColSharded, B>(Kernels<B>::swiglu_grad(h.local(), da.local()), h.rows(), h.cols(), g);
+  Index act_cols(const Col& h) const { return cfg_.act == Activation::swiglu ? cfg_.ffn : h.cols(); }
+  /// dA[C] → dH[C] = dA ⊙ act'(H) (SwiGLU: the gated product's adjoint) and, with a bias, db1 =
+  /// col_sum(dH) → C, in one pass (nn::Fused's act_grad).
+  std::pair<Col, std::optional<typename Fc1::Bias>> activate_grad(const Col& h, Col da) const {
+    const Group& g = shardalg::detail::result_group(h.group(), da.group(), "act_grad");  // as hadamard's
+    auto e = explain_op(g, "act_grad", dtype_of<T>, [&] { return shardalg::detail::cat(notation(da), " ⊙ act'(", notation(h), ") → ", notation(h)); });
+    const bool bias = fc1_.bias().has_value();
+    typename B::template matrix<T> db;
+    auto dh = Fused<B>::act_grad(h.local(), std::move(da).local(), cfg_.act, bias ? &db : nullptr);
+    Col dhs(std::move(dh), h.rows(), h.cols(), g);
+    std::optional<typename Fc1::Bias> dbs;
+    if (bias) dbs.emplace(std::move(db), 1, h.cols(), g);
+    return {std::move(dhs), std::move(dbs)};
   }
 
   MlpConfig cfg_;

@@ -2,10 +2,11 @@
 //
 // LayerNorm (local: every rank holds whole rows, X[R] or X[Row]; γ, β [1, h] R)
 //   forward   (μ, σ²) per row, two passes;  x̂ = (x − μ)/√(σ² + ε);  Y = x̂ ⊙ γ + β   → Y[L]
+//             (row by row: the row stays in L1 between statistics and normalisation, nn/fused.hpp)
 //   backward  g = dY ⊙ γ;  dX = (g − mean(g) − x̂·mean(g ⊙ x̂))/√(σ² + ε)         → dX[L]
 //             dγ = col_sum(dY ⊙ x̂), dβ = col_sum(dY):  R → R (the whole gradient on every
 //             rank), Row → Partial (each rank summed its tokens: all_reduce before the update —
-//             sgd_update refuses it otherwise, E130)
+//             sgd_update refuses it otherwise, E130); dX, dγ, dβ in one sweep (nn/fused.hpp)
 //
 // ParallelLayerNorm (X[C]: each rank holds a block of every row's features; γ, β [1, h] C)
 //   forward   (Σx, Σx²) of the local block → [T, 2] Partial;  all_reduce → R;  μ, σ² → local x̂
@@ -21,6 +22,7 @@
 
 #include "shardalg/collective/all_reduce.hpp"
 #include "shardalg/core/elementwise.hpp"
+#include "shardalg/nn/fused.hpp"
 #include "shardalg/nn/kernels.hpp"
 #include "shardalg/nn/linear.hpp"
 #include "shardalg/nn/optim.hpp"
@@ -102,8 +104,8 @@ class LayerNorm {
     } else {
       detail::require_cols(norm_name(kind_), x.cols(), hidden());
       const bool center = kind_ == NormKind::layer;
-      const auto mv = Kernels<B>::row_mean_var(x.local(), center);
-      auto o = Kernels<B>::norm_apply(x.local(), mv, gamma_.local(), beta_ ? &beta_->local() : nullptr, eps_);
+      // statistics and normalisation row by row, one sweep (nn/fused.hpp)
+      auto o = Fused<B>::norm_forward(x.local(), gamma_.local(), beta_ ? &beta_->local() : nullptr, eps_, center);
       return Forward<L>{Sharded<T, L, B>(std::move(o.y), x.rows(), x.cols(), x.group()),
                         Cache<L>{Sharded<T, L, B>(std::move(o.xhat), x.rows(), x.cols(), x.group()), std::move(o.rstd)}};
     }
@@ -112,11 +114,15 @@ class LayerNorm {
   template <class L>
   Grads<L> backward(const Cache<L>& c, const Sharded<T, L, B>& dy) const {
     const bool center = kind_ == NormKind::layer;
-    const auto sums = Kernels<B>::norm_grad_sums(dy.local(), c.xhat.local(), gamma_.local());
-    auto dx = Kernels<B>::norm_grad_apply(dy.local(), c.xhat.local(), gamma_.local(), c.rstd, sums, hidden(), center);
-    ParamGrads<L> pg{col_sum(hadamard(dy, c.xhat)), std::nullopt};
-    if (beta_) pg.dbeta = col_sum(dy);
-    return {Sharded<T, L, B>(std::move(dx), dy.rows(), dy.cols(), dy.group()), std::move(pg)};
+    // dX, dγ = col_sum(dY ⊙ x̂) and dβ = col_sum(dY) in one sweep (nn/fused.hpp); the layouts are
+    // col_sum's (R → R, Row → Partial), checked as the unfused col_sum(hadamard(…)) checks them
+    const Group& g = shardalg::detail::same_shape_group(dy, c.xhat, "hadamard");
+    auto e = explain_op(g, "norm_grad", dtype_of<T>, [&] { return shardalg::detail::cat(notation(dy), " → dX, Σ_i dY ⊙ x̂, Σ_i dY"); });
+    auto r = Fused<B>::norm_backward(dy.local(), c.xhat.local(), gamma_.local(), c.rstd, center, beta_.has_value());
+    using GL = GradLayout<L>;
+    ParamGrads<L> pg{Sharded<T, GL, B>(std::move(r.dgamma), 1, dy.cols(), g), std::nullopt};
+    if (beta_) pg.dbeta.emplace(std::move(r.dbeta), 1, dy.cols(), dy.group());
+    return {Sharded<T, L, B>(std::move(r.dx), dy.rows(), dy.cols(), dy.group()), std::move(pg)};
   }
 
   /// Needs replicated gradients: from X[Row] all_reduce them first (E130 otherwise).
