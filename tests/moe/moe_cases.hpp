@@ -37,15 +37,21 @@ struct Case {
   Index idle = 0;  // the last `idle` experts are never chosen (their logit is expert 0's minus ≥ 20)
 };
 
+inline Case named(std::string n) {
+  Case c;
+  c.name = std::move(n);
+  return c;
+}
+
 inline std::vector<Case> cases() {
-  Case a{"k2.gelu.dropless.aux"};
-  Case b{"k1.swiglu.cf1.aux"};
+  Case a = named("k2.gelu.dropless.aux");
+  Case b = named("k1.swiglu.cf1.aux");
   b.k = 1, b.act = nn::Activation::swiglu, b.cf = 1.0, b.aux = 0.02;
-  Case c{"k2.swiglu.cf0.75.nobias"};
+  Case c = named("k2.swiglu.cf0.75.nobias");
   c.act = nn::Activation::swiglu, c.cf = 0.75, c.bias = false;
-  Case d{"k1.gelu_erf.raw_weights"};  // Switch's k = 1: w = p (not renormalised)
+  Case d = named("k1.gelu_erf.raw_weights");  // Switch's k = 1: w = p (not renormalised)
   d.k = 1, d.act = nn::Activation::gelu_erf, d.renormalize = false, d.aux = 0.05;
-  Case e{"k1.gelu.raw_weights.two_idle_experts"};  // experts 2, 3 get no token: ranks receive nothing at EP 2, 4
+  Case e = named("k1.gelu.raw_weights.two_idle_experts");  // experts 2, 3 get no token: ranks receive nothing at EP 2, 4
   e.k = 1, e.renormalize = false, e.idle = 2;
   return {a, b, c, d, e};
 }

@@ -185,7 +185,7 @@ TEST_CASE("MoE layer equals the dense twin at EP 1, 2, 4 x ETP 1, 2 (threads): o
 TEST_CASE("capacity: each expert keeps its first C assignments in global token order, at every EP") {
   // Every token prefers expert 0 (x·Wr favours column 0), k = 1, E = 2, 8 tokens, cf = 0.5:
   // C = ⌈0.5 · 1 · 8 / 2⌉ = 2, so tokens 0 and 1 are processed and tokens 2…7 dropped (output 0).
-  Case c{"all_to_expert0"};
+  Case c = named("all_to_expert0");
   c.k = 1, c.experts = 2, c.tokens = 8, c.hidden = 4, c.ffn = 4, c.cf = 0.5, c.aux = 0;
   auto rm = make_ref<double>(c, 11);
   rm.router = M::Zero(c.hidden, c.experts);
