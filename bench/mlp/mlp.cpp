@@ -2,7 +2,11 @@
 // baselines in the same binary (run with `mpirun -np 2`):
 //
 //   BM_gemm_rate               one cblas_sgemm of the MLP's shape on one core: the GEMM floor's rate
-//   BM_handwritten_mlp_tp2     the same math by hand: Eigen + cblas_sgemm + MPI_Allreduce, TP=2
+//   BM_strong_{mlp,block}_tp2  the same math by hand, as a performance engineer writes it
+//                              (baseline.hpp: preallocated, fused, vectorised, cblas, in-place MPI)
+//   BM_naive_mlp_tp2           the pre-issue-18 hand-written MLP (scalar GeLU, separate passes): naive
+//   BM_shardalg_{mlp,block}_tp2_vs_strong   shardalg and the strong baseline paired (alternating):
+//                              the counter vs_base = Σ shardalg / Σ strong
 //   BM_shardalg_mlp_tp2        nn::Mlp over MpiComm, TP=2 (one rank per process)
 //   BM_shardalg_mlp_tp1        nn::Mlp on one rank (process 0 alone; process 1 idles)
 //   BM_shardalg_mlp_threads_tp2  nn::Mlp over ThreadComm, 2 thread ranks in process 0
@@ -20,7 +24,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include "../common.hpp"
+#include "baseline.hpp"
 #include <shardalg/mpi.hpp>
 #include <shardalg/nn/nn.hpp>
 #include <sstream>
@@ -73,45 +79,26 @@ void BM_gemm_rate(benchmark::State& st) {
   flops(st, 2.0 * m * n * k);
 }
 
-// ---- the hand-written baseline: what a user writes without shardalg ---------------------------
-struct Handwritten {
-  M x, w1, b1, w2, b2;  // local shards: W1 [h, F/P] columns, W2 [F/P, h] rows, b1 [1, F/P]
-  explicit Handwritten(int p)
-      : x(M::Random(kTokens, kHidden)), w1(M::Random(kHidden, kFfn / p) * 0.02f), b1(M::Zero(1, kFfn / p)),
-        w2(M::Random(kFfn / p, kHidden) * 0.02f), b2(M::Zero(1, kHidden)) {}
-  static float gelu(float v) { return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v))); }
-  static float gelu_d(float v) {
-    const float t = std::tanh(0.7978845608f * (v + 0.044715f * v * v * v));
-    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * v * v);
-  }
-  void step() {
-    const int m = kTokens, h = kHidden, f = static_cast<int>(w1.cols());
-    M hpre(m, f), a(m, f), z(m, h);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, f, h, 1, x.data(), h, w1.data(), f, 0, hpre.data(), f);
-    hpre.rowwise() += b1.row(0);
-    a = hpre.unaryExpr(&gelu);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, h, f, 1, a.data(), f, w2.data(), h, 0, z.data(), h);
-    MPI_Allreduce(MPI_IN_PLACE, z.data(), m * h, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    z.rowwise() += b2.row(0);
-    // backward with dZ = Z (any replicated cotangent)
-    M da(m, f), dw2(f, h), dh(m, f), dw1(h, f), dx(m, h);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, f, h, 1, z.data(), h, w2.data(), h, 0, da.data(), f);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, f, h, m, 1, a.data(), f, z.data(), h, 0, dw2.data(), h);
-    M db2 = z.colwise().sum();
-    dh = da.cwiseProduct(hpre.unaryExpr(&gelu_d));
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, h, f, m, 1, x.data(), h, dh.data(), f, 0, dw1.data(), f);
-    M db1 = dh.colwise().sum();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, h, f, 1, dh.data(), f, w1.data(), f, 0, dx.data(), h);
-    MPI_Allreduce(MPI_IN_PLACE, dx.data(), m * h, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    benchmark::DoNotOptimize(dx.data());
-    benchmark::DoNotOptimize(db1.data());
-    benchmark::DoNotOptimize(db2.data());
+// ---- the hand-written baselines (baseline.hpp) -------------------------------------------------
+// strong: what a performance engineer writes without shardalg; naive: the pre-issue-18 baseline.
+void BM_naive_mlp_tp2(benchmark::State& st) {
+  bench::NaiveMlp hw(kTokens, kHidden, kFfn / world_size);
+  timed(st, [&] { hw.step(); });
+  flops(st, mlp_flops());
+}
+
+struct StrongMlpStep {
+  bench::StrongMlp mlp{kTokens, kHidden, kFfn / world_size};
+  M x = M::Random(kTokens, kHidden);
+  void operator()() {
+    mlp.forward(x);
+    mlp.backward(x, mlp.z);  // dZ = Z, as the shardalg steps
+    benchmark::DoNotOptimize(mlp.dx.data());
   }
 };
-
-void BM_handwritten_mlp_tp2(benchmark::State& st) {
-  Handwritten hw(world_size);
-  timed(st, [&] { hw.step(); });
+void BM_strong_mlp_tp2(benchmark::State& st) {
+  StrongMlpStep step;
+  timed(st, step);
   flops(st, mlp_flops());
 }
 
@@ -132,6 +119,15 @@ void BM_shardalg_mlp_tp2(benchmark::State& st) {
   auto mlp = make_mlp(g);
   auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
   timed(st, [&] { mlp_step(mlp, x); });
+  flops(st, mlp_flops());
+}
+// Paired with the strong baseline (bench/common.hpp: alternating, Σ ours / Σ base → vs_base).
+void BM_shardalg_mlp_tp2_vs_strong(benchmark::State& st) {
+  Group g = MpiComm(MPI_COMM_WORLD);
+  auto mlp = make_mlp(g);
+  auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
+  StrongMlpStep strong;
+  bench::paired(st, [&] { mlp_step(mlp, x); }, strong);
   flops(st, mlp_flops());
 }
 
@@ -234,6 +230,28 @@ void BM_shardalg_block_tp2(benchmark::State& st) {
   timed(st, [&] { block_step(b, x); });
   flops(st, block_flops());
 }
+struct StrongBlockStep {
+  bench::StrongBlock blk{kTokens, kHidden, kHeads / world_size, kHidden / kHeads, kSeq, kFfn / world_size};
+  M x = M::Random(kTokens, kHidden);
+  void operator()() {
+    blk.forward(x);
+    blk.backward(blk.y);  // dY = Y, as the shardalg step
+    benchmark::DoNotOptimize(blk.dx.data());
+  }
+};
+void BM_strong_block_tp2(benchmark::State& st) {
+  StrongBlockStep step;
+  timed(st, step);
+  flops(st, block_flops());
+}
+void BM_shardalg_block_tp2_vs_strong(benchmark::State& st) {
+  Group g = MpiComm(MPI_COMM_WORLD);
+  auto b = make_block(g);
+  auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
+  StrongBlockStep strong;
+  bench::paired(st, [&] { block_step(b, x); }, strong);
+  flops(st, block_flops());
+}
 void BM_shardalg_block_tp2_overlap(benchmark::State& st) {
   Group g = MpiComm(MPI_COMM_WORLD);
   auto b = make_block(g);
@@ -257,14 +275,19 @@ void BM_shardalg_block_threads_tp2(benchmark::State& st) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Freed blocks stay mapped for the next step (core/allocator.hpp), for every row alike;
+  // SHARDALG_BENCH_DEFAULT_MALLOC=1 keeps glibc's defaults (bench/run's "default allocator" rows).
+  if (!std::getenv("SHARDALG_BENCH_DEFAULT_MALLOC")) retain_freed_memory();
   bench::init(argc, argv);
   set_local_threads(1);  // one thread per rank: ranks × threads never exceed the cores
   auto manual = [](benchmark::internal::Benchmark* b) {
     b->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
   };
   manual(benchmark::RegisterBenchmark("BM_gemm_rate", BM_gemm_rate));
-  manual(benchmark::RegisterBenchmark("BM_handwritten_mlp_tp2", BM_handwritten_mlp_tp2));
+  manual(benchmark::RegisterBenchmark("BM_naive_mlp_tp2", BM_naive_mlp_tp2));
+  manual(benchmark::RegisterBenchmark("BM_strong_mlp_tp2", BM_strong_mlp_tp2));
   manual(benchmark::RegisterBenchmark("BM_shardalg_mlp_tp2", BM_shardalg_mlp_tp2));
+  manual(benchmark::RegisterBenchmark("BM_shardalg_mlp_tp2_vs_strong", BM_shardalg_mlp_tp2_vs_strong));
   manual(benchmark::RegisterBenchmark("BM_shardalg_mlp_tp2_overlap", BM_shardalg_mlp_tp2_overlap));
   manual(benchmark::RegisterBenchmark("BM_shardalg_mlp_tp2_auto", BM_shardalg_mlp_tp2_auto));
   benchmark::RegisterBenchmark("BM_column_backward_tp2", BM_column_backward_tp2)
@@ -272,7 +295,9 @@ int main(int argc, char** argv) {
   manual(benchmark::RegisterBenchmark("BM_shardalg_mlp_tp1", BM_shardalg_mlp_tp1));
   benchmark::RegisterBenchmark("BM_shardalg_mlp_threads_tp2", BM_shardalg_mlp_threads_tp2)
       ->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
+  manual(benchmark::RegisterBenchmark("BM_strong_block_tp2", BM_strong_block_tp2));
   manual(benchmark::RegisterBenchmark("BM_shardalg_block_tp2", BM_shardalg_block_tp2));
+  manual(benchmark::RegisterBenchmark("BM_shardalg_block_tp2_vs_strong", BM_shardalg_block_tp2_vs_strong));
   manual(benchmark::RegisterBenchmark("BM_shardalg_block_tp2_overlap", BM_shardalg_block_tp2_overlap));
   manual(benchmark::RegisterBenchmark("BM_shardalg_block_tp1", BM_shardalg_block_tp1));
   benchmark::RegisterBenchmark("BM_shardalg_block_threads_tp2", BM_shardalg_block_threads_tp2)
