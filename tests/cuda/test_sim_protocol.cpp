@@ -273,4 +273,21 @@ TEST_CASE("sim protocol: all_to_allv with random counts and zeros, its count che
     }
   });
   CHECK(seen == std::vector<int>{0, 1});
+  // Receives match in posting order, whatever order they are waited for.
+  std::vector<int> order(1, 0);
+  run_host_sim_ranks(2, [&](HostComm& comm) {
+    if (comm.rank() == 0) {
+      const double a[2] = {1, 2}, b[3] = {3, 4, 5};
+      comm.send(a, 2, DType::f64, 1);
+      comm.send(b, 3, DType::f64, 1);
+    } else {
+      double a[2] = {}, b[3] = {};
+      Request ra = comm.irecv(a, 2, DType::f64, 0);
+      Request rb = comm.irecv(b, 3, DType::f64, 0);
+      rb.wait();
+      ra.wait();
+      order[0] = a[1] == 2 && b[2] == 5;
+    }
+  });
+  CHECK(order[0] == 1);
 }

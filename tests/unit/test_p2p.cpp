@@ -199,6 +199,27 @@ TEST_CASE("isend/irecv on ThreadComm: receives posted first, test() never blocks
   CHECK(seen == std::vector<int>{0, 1, 1});
 }
 
+TEST_CASE("irecv matches in posting order, whatever order the requests are waited for (as MPI)") {
+  std::vector<int> ok(2, 0);
+  run_ranks(2, [&](ThreadComm& c) {
+    Group g = c;
+    if (c.rank() == 0) {
+      const double a[2] = {1, 2}, b[3] = {3, 4, 5};
+      g.send(a, 2, DType::f64, 1);
+      g.send(b, 3, DType::f64, 1);
+      ok[0] = 1;
+    } else {
+      double a[2] = {}, b[3] = {};
+      Request ra = g.irecv(a, 2, DType::f64, 0);
+      Request rb = g.irecv(b, 3, DType::f64, 0);
+      rb.wait();  // the second posted takes the second message
+      ra.wait();
+      ok[1] = a[0] == 1 && a[1] == 2 && b[0] == 3 && b[2] == 5;
+    }
+  });
+  CHECK(ok == std::vector<int>{1, 1});
+}
+
 TEST_CASE("isend/irecv fallback: a communicator without them sends at the call and receives at wait()") {
   for (int p : {2, 3}) {
     std::vector<int> wrong(static_cast<std::size_t>(p), 99);

@@ -73,6 +73,11 @@ class ThreadWorld {
   }
 
   int size() const { return n_; }
+  /// Whether waiting ranks spin before blocking (the world's threads fit on the cores).
+  bool spins() const { return spin_; }
+  /// A sub-world of a world whose threads do not fit on the cores must not spin either: its
+  /// ranks share the cores with every other thread of the world (ThreadComm::split).
+  void set_spin(bool on) { spin_ = spin_ && on; }
 
   /// A generation barrier that an aborting rank can break. When the ranks fit on the cores it
   /// spins briefly before blocking (a futex wake costs microseconds; collectives take three).
@@ -154,18 +159,31 @@ class ThreadWorld {
   std::vector<FingerprintRecord> fp_;
   std::vector<std::uint64_t> seq_;
 
+  // Point to point. Each (src, dst) pair numbers its messages as they are sent and its
+  // receives as they are posted (recv, or irecv when it is called); receive k takes message k —
+  // MPI's rule: receives match in the order they are posted, whenever they are waited for.
   void post(int src, int dst, const void* buf, std::size_t bytes) {
     std::lock_guard lk(m_);
     if (aborted_) throw_aborted();
-    auto& q = mail_[{src, dst}];
-    q.emplace_back(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes);
+    auto& box = mail_[{src, dst}];
+    box.msgs.emplace(box.sent++, std::vector<char>(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes));
     mail_cv_.notify_all();
   }
-  /// `watch` (checked mode): after collective_timeout() the wait ends in CollectiveTimeoutError.
+  /// A receive posted now: its ticket (the number of the message it will take).
+  std::uint64_t claim(int src, int dst) {
+    std::lock_guard lk(m_);
+    return mail_[{src, dst}].claimed++;
+  }
+  /// Blocking recv: claim the next message and wait for it. `watch` (checked mode): after
+  /// collective_timeout() the wait ends in CollectiveTimeoutError.
   void take(int src, int dst, void* buf, std::size_t bytes, bool watch = false) {
+    take_ticket(src, dst, claim(src, dst), buf, bytes, watch);
+  }
+  /// Wait for message `ticket` from src and copy it into buf.
+  void take_ticket(int src, int dst, std::uint64_t ticket, void* buf, std::size_t bytes, bool watch = false) {
     std::unique_lock lk(m_);
-    auto& q = mail_[{src, dst}];
-    const auto ready = [&] { return !q.empty() || aborted_; };
+    auto& box = mail_[{src, dst}];
+    const auto ready = [&] { return box.msgs.count(ticket) > 0 || aborted_; };
     if (watch) {
       recv_from_[dst] = src;
       const double limit = collective_timeout();
@@ -181,26 +199,18 @@ class ThreadWorld {
     } else {
       mail_cv_.wait(lk, ready);
     }
-    if (q.empty()) throw_aborted();
-    if (q.front().size() != bytes)
-      throw CommError(detail::cat("ThreadComm: rank ", dst, " expected ", bytes, " bytes from rank ",
-                                  src, ", got ", q.front().size()));
-    std::memcpy(buf, q.front().data(), bytes);
-    q.pop_front();
+    if (!box.msgs.count(ticket)) throw_aborted();
+    deliver(box, ticket, src, dst, buf, bytes);
   }
-  /// take() without waiting: false when no message from src is there yet (irecv's test()).
-  bool try_take(int src, int dst, void* buf, std::size_t bytes) {
+  /// Message `ticket` from src if it has arrived (copied into buf), else false; never waits.
+  bool try_ticket(int src, int dst, std::uint64_t ticket, void* buf, std::size_t bytes) {
     std::unique_lock lk(m_);
-    auto& q = mail_[{src, dst}];
-    if (q.empty()) {
+    auto& box = mail_[{src, dst}];
+    if (!box.msgs.count(ticket)) {
       if (aborted_) throw_aborted();
       return false;
     }
-    if (q.front().size() != bytes)
-      throw CommError(detail::cat("ThreadComm: rank ", dst, " expected ", bytes, " bytes from rank ", src, ", got ",
-                                  q.front().size()));
-    std::memcpy(buf, q.front().data(), bytes);
-    q.pop_front();
+    deliver(box, ticket, src, dst, buf, bytes);
     return true;
   }
 
@@ -244,7 +254,19 @@ class ThreadWorld {
   bool aborted_ = false;
   std::vector<std::uint64_t> arrived_at_;  // generation + 1 of the barrier rank r last entered
   std::vector<int> recv_from_;             // the peer rank r waits on in a watched recv, or −1
-  std::map<std::pair<int, int>, std::deque<std::vector<char>>> mail_;
+  struct Mailbox {
+    std::map<std::uint64_t, std::vector<char>> msgs;  // sent, not yet taken, by number
+    std::uint64_t sent = 0, claimed = 0;
+  };
+  static void deliver(Mailbox& box, std::uint64_t ticket, int src, int dst, void* buf, std::size_t bytes) {
+    auto it = box.msgs.find(ticket);
+    if (it->second.size() != bytes)
+      throw CommError(detail::cat("ThreadComm: rank ", dst, " expected ", bytes, " bytes from rank ", src, ", got ",
+                                  it->second.size()));
+    std::memcpy(buf, it->second.data(), bytes);
+    box.msgs.erase(it);
+  }
+  std::map<std::pair<int, int>, Mailbox> mail_;
   std::vector<std::weak_ptr<ThreadWorld>> children_;
 };
 
@@ -407,6 +429,7 @@ class ThreadComm {
     }
     if (leader == rank_) {
       auto sub = std::make_shared<detail::ThreadWorld>(sub_size);
+      sub->set_spin(w_->spins());  // the parent's threads share the cores: no spinning if they do not fit
       w_->adopt(sub);
       w_->split_slot_[rank_] = std::move(sub);
     }
@@ -431,21 +454,23 @@ class ThreadComm {
     send(buf, n, t, peer);
     return {};
   }
-  /// test() takes the message if it has arrived (never blocks); wait() is recv (under the
-  /// watchdog in checked mode).
+  /// Posted now: it takes the next message from the peer in posting order (as MPI matches),
+  /// whenever it is waited for. test() takes it if it has arrived (never blocks); wait() waits
+  /// (under the watchdog in checked mode).
   [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer, const CallInfo& = {}) {
     check_peer(peer, "recv peer");
-    return Request(PendingRecv{w_, peer, rank_, buf, n * size_of(t)});
+    return Request(PendingRecv{w_, peer, rank_, w_->claim(peer, rank_), buf, n * size_of(t)});
   }
 
  private:
   struct PendingRecv {
     std::shared_ptr<detail::ThreadWorld> w;
     int src, dst;
+    std::uint64_t ticket;
     void* buf;
     std::size_t bytes;
-    bool test() { return w->try_take(src, dst, buf, bytes); }
-    void wait() { w->take(src, dst, buf, bytes, check_collectives()); }
+    bool test() { return w->try_ticket(src, dst, ticket, buf, bytes); }
+    void wait() { w->take_ticket(src, dst, ticket, buf, bytes, check_collectives()); }
   };
 
  public:

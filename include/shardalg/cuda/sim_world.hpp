@@ -57,8 +57,8 @@ class World {
   World(const World&) = delete;
   World& operator=(const World&) = delete;
   ~World() {
-    for (auto& [key, q] : mail_)
-      for (auto& m : q) release_(m.buf);
+    for (auto& [key, box] : mail_)
+      for (auto& [k, m] : box.msgs) release_(m.buf);
   }
 
   [[nodiscard]] int size() const { return n_; }
@@ -100,39 +100,51 @@ class World {
     if (aborted) child->abort();
   }
 
+  // Point to point: each (src, dst) pair numbers its messages as they are sent and its receives
+  // as they are posted; receive k takes message k (receives match in posting order, as MPI's).
   void post(int src, int dst, void* staged, std::size_t bytes) {
     std::lock_guard lk(m_);
     if (aborted_) {
       release_(staged);
       throw_aborted();
     }
-    mail_[{src, dst}].push_back({staged, bytes});
+    auto& box = mail_[{src, dst}];
+    box.msgs.emplace(box.sent++, Mail{staged, bytes});
     ++posted_;
     mail_cv_.notify_all();
   }
-  /// A message from src to dst if one has arrived, else {nullptr, 0} (never blocks); the caller
-  /// owns the staged buffer.
-  std::pair<void*, std::size_t> try_take(int src, int dst) {
+  /// A receive posted now: its ticket.
+  std::uint64_t claim(int src, int dst) {
     std::lock_guard lk(m_);
-    auto& q = mail_[{src, dst}];
-    if (q.empty()) {
+    return mail_[{src, dst}].claimed++;
+  }
+  /// Message `ticket` from src if it has arrived, else {nullptr, 0} (never blocks); the caller
+  /// owns the staged buffer.
+  std::pair<void*, std::size_t> try_take(int src, int dst, std::uint64_t ticket) {
+    std::lock_guard lk(m_);
+    auto& box = mail_[{src, dst}];
+    auto it = box.msgs.find(ticket);
+    if (it == box.msgs.end()) {
       if (aborted_) throw_aborted();
       return {nullptr, 0};
     }
-    auto m = q.front();
-    q.pop_front();
+    const Mail m = it->second;
+    box.msgs.erase(it);
     return {m.buf, m.bytes};
   }
-  /// Block until a message from src to dst arrives; the caller owns the staged buffer.
-  std::pair<void*, std::size_t> take(int src, int dst) {
+  /// Block until message `ticket` from src arrives; the caller owns the staged buffer.
+  std::pair<void*, std::size_t> take(int src, int dst, std::uint64_t ticket) {
     std::unique_lock lk(m_);
-    auto& q = mail_[{src, dst}];
-    mail_cv_.wait(lk, [&] { return !q.empty() || aborted_; });
-    if (q.empty()) throw_aborted();
-    auto m = q.front();
-    q.pop_front();
+    auto& box = mail_[{src, dst}];
+    mail_cv_.wait(lk, [&] { return box.msgs.count(ticket) > 0 || aborted_; });
+    auto it = box.msgs.find(ticket);
+    if (it == box.msgs.end()) throw_aborted();
+    const Mail m = it->second;
+    box.msgs.erase(it);
     return {m.buf, m.bytes};
   }
+  /// Block until the next message (in posting order) from src arrives.
+  std::pair<void*, std::size_t> take(int src, int dst) { return take(src, dst, claim(src, dst)); }
   [[nodiscard]] Release release() const { return release_; }
 
   /// Bookkeeping for tests: completed barriers, and messages posted but not yet taken.
@@ -143,7 +155,7 @@ class World {
   [[nodiscard]] std::size_t pending_messages() const {
     std::lock_guard lk(m_);
     std::size_t k = 0;
-    for (const auto& [key, q] : mail_) k += q.size();
+    for (const auto& [key, box] : mail_) k += box.msgs.size();
     return k;
   }
 
@@ -171,7 +183,11 @@ class World {
   std::uint64_t generation_ = 0, barriers_ = 0;
   std::size_t posted_ = 0;
   bool aborted_ = false;
-  std::map<std::pair<int, int>, std::deque<Mail>> mail_;
+  struct Mailbox {
+    std::map<std::uint64_t, Mail> msgs;  // sent, not yet taken, by number
+    std::uint64_t sent = 0, claimed = 0;
+  };
+  std::map<std::pair<int, int>, Mailbox> mail_;
   std::vector<std::shared_ptr<World>> children_;
 };
 
@@ -362,10 +378,11 @@ class SimComm {
     send(buf, n, t, peer);
     return {};
   }
-  /// test() takes the staged message if it has arrived (never blocks); wait() is recv.
+  /// Posted now (it takes the peer's messages in posting order); test() takes the staged message
+  /// if it has arrived (never blocks); wait() waits for it.
   [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer) {
     check_peer(peer, "recv peer");
-    return Request(PendingRecv{*this, buf, n, t, peer});
+    return Request(PendingRecv{*this, buf, n, t, peer, w_->claim(peer, rank_)});
   }
 
  private:
@@ -375,13 +392,17 @@ class SimComm {
     std::size_t n;
     DType t;
     int peer;
+    std::uint64_t ticket;
     bool test() {
-      auto [staged, got] = c.w_->try_take(peer, c.rank_);
+      auto [staged, got] = c.w_->try_take(peer, c.rank_, ticket);
       if (!staged) return false;
       c.deliver(staged, got, buf, n * size_of(t), peer);
       return true;
     }
-    void wait() { c.recv(buf, n, t, peer); }
+    void wait() {
+      auto [staged, got] = c.w_->take(peer, c.rank_, ticket);
+      c.deliver(staged, got, buf, n * size_of(t), peer);
+    }
   };
   void deliver(void* staged, std::size_t got, void* buf, std::size_t bytes, int peer) {
     std::unique_ptr<void, void (*)(void*)> hold(staged, Ops::release);
