@@ -6,6 +6,7 @@
 // elements; send/recv with the peer).
 #include <doctest/doctest.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -218,6 +219,20 @@ TEST_CASE("irecv matches in posting order, whatever order the requests are waite
     }
   });
   CHECK(ok == std::vector<int>{1, 1});
+}
+
+TEST_CASE("a posted irecv dropped while another error unwinds does not end the process") {
+  // Rank 0 fails; rank 1, holding a receive from it, is released from its barrier by the abort:
+  // unwinding destroys the Request, whose wait fails too — dropped, not std::terminate.
+  CHECK_THROWS_WITH_AS(run_ranks(2,
+                                 [](ThreadComm& c) {
+                                   Group g = c;
+                                   if (c.rank() == 0) throw std::runtime_error("rank 0 failed");
+                                   double x = 0;
+                                   Request rq = g.irecv(&x, 1, DType::f64, 0);
+                                   g.barrier();
+                                 }),
+                       "rank 0 failed", std::runtime_error);
 }
 
 TEST_CASE("isend/irecv fallback: a communicator without them sends at the call and receives at wait()") {

@@ -102,7 +102,7 @@ concept Communicator = requires(C& c, const C& cc, void* p, const void* cp, std:
 /// A collective in flight. `test()` drives its progress and says whether it has completed;
 /// `wait()` blocks until it has. A default-constructed Request is complete. Move-only; destroying
 /// (or assigning over) an incomplete Request waits for it first, so its buffer is never freed
-/// under a transfer.
+/// under a transfer (a failure of that wait is dropped by the destructor: call wait() to see it).
 class Request {
  public:
   Request() = default;
@@ -113,12 +113,12 @@ class Request {
   Request(Request&&) noexcept = default;
   Request& operator=(Request&& o) noexcept {
     if (this != &o) {
-      wait();
+      drop();
       impl_ = std::move(o.impl_);
     }
     return *this;
   }
-  ~Request() { wait(); }
+  ~Request() { drop(); }
 
   [[nodiscard]] bool done() const { return impl_ == nullptr; }
   bool test() {
@@ -132,6 +132,14 @@ class Request {
   }
 
  private:
+  // Waits for an unfinished transfer where no exception may leave (destructor, move-assignment,
+  // which may run while another exception unwinds): a failure of that wait is dropped here.
+  void drop() noexcept {
+    try {
+      wait();
+    } catch (...) {
+    }
+  }
   struct Iface {
     virtual ~Iface() = default;
     virtual bool test() = 0;
