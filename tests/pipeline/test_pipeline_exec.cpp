@@ -1,0 +1,334 @@
+// Pipeline execution (issue 16) on ThreadComm meshes: point to point of Sharded activations on
+// the pp axis (R, Row, C kept across the send; the shape messages of variable lengths; the ring
+// exchange), and nn::PipelineGpt run by pipeline::Executor on dp × pp × tp = 2 × {1, 2, 4} × 2
+// for AFAB, 1F1B, interleaved 1F1B and ZB-H1, with and without output deallocation and variable
+// sequence lengths, against the dense model (reference/dense.hpp) and nn::Gpt at TP = 1 on the
+// whole batch; the loss scaling; the bytes held with and without deallocation, op by op; the
+// ledger's point-to-point entries; the errors.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "pipeline_cases.hpp"
+#include "shardalg/shardalg.hpp"
+
+using namespace shardalg;
+namespace pc = pcases;
+using M = Eigen::MatrixXd;
+// (worst_error results are not unpacked with structured bindings: CAPTURE captures in a lambda, Clang 14)
+
+namespace {
+
+/// Run `s` on threads: every rank's output, by world rank.
+std::vector<pc::RankOut> run_world(const pc::Setup& s, const nn::GptConfig& c, const nn::Masters& m, const pc::Batch& b) {
+  const int world = s.dp * s.pp * s.tp;
+  std::vector<pc::RankOut> out(static_cast<std::size_t>(world));
+  run_ranks(world, [&](ThreadComm& comm) {
+    Mesh mesh(Group(comm), {{"dp", s.dp}, {"pp", s.pp}, {"tp", s.tp}});
+    out[static_cast<std::size_t>(comm.rank())] = pc::run_rank(s, c, m, b, mesh);
+  });
+  return out;
+}
+
+/// The gradients of replica d: every pp stage's tensors (tp rank 0's copy; all tp ranks gathered
+/// the same), merged; and whether the tied embedding's two copies agree.
+nn::Masters merge(const pc::Setup& s, const std::vector<pc::RankOut>& out, int d) {
+  nn::Masters all;
+  for (int r = 0; r < s.pp; ++r)
+    for (const auto& [name, x] : out[static_cast<std::size_t>((d * s.pp + r) * s.tp)].grads) all[name] = x;
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("p2p: X[R], X[Row], X[C] keep their layout across the pp send; shapes only with variable lengths") {
+  const Index rows = 12, cols = 8;
+  for (bool variable : {false, true}) {
+    CAPTURE(variable);
+    std::vector<std::string> errors(4, "unset");
+    std::vector<std::size_t> shape_msgs(4, 0), block_msgs(4, 0), block_bytes(4, 0);
+    std::vector<int> peers(4, -2);
+    run_ranks(4, [&](ThreadComm& comm) {
+      Ledger ledger;
+      Mesh mesh(ledgered(comm, ledger), {{"pp", 2}, {"tp", 2}});
+      Group pp = mesh.group("pp"), tp = mesh.group("tp");
+      pipeline::P2POptions o;
+      o.variable_seq_lengths = variable;
+      const M dense = M::NullaryExpr(rows, cols, [](Index i, Index j) { return 100.0 * i + j; });
+      const pipeline::ActShape shape{4, 3, cols};  // 12 rows
+      std::string err = "ok";
+      auto check = [&](const auto& got, const char* what) {
+        if (compare(got, dense).max_abs != 0.0) err = what;
+      };
+      if (pp.rank() == 0) {
+        pipeline::send(pp, shard<Replicated>(dense, tp), 1, shape, o);
+        pipeline::send(pp, shard<RowSharded>(dense, tp), 1, shape, o);
+        pipeline::send(pp, shard<ColSharded>(dense, tp), 1, shape, o);
+      } else {
+        check(pipeline::recv<double, Replicated>(pp, tp, 0, shape, o), "R");
+        check(pipeline::recv<double, RowSharded>(pp, tp, 0, variable ? std::nullopt : std::optional(shape), o), "Row");
+        check(pipeline::recv<double, ColSharded>(pp, tp, 0, shape, o), "C");
+      }
+      const auto r = static_cast<std::size_t>(comm.rank());
+      errors[r] = err;
+      for (const auto& e : ledger.entries()) {
+        if (e.axis != "pp") continue;
+        if (e.scope == "shape") ++shape_msgs[r];
+        else ++block_msgs[r], block_bytes[r] += e.bytes;
+        peers[r] = e.peer;
+      }
+    });
+    for (std::size_t r = 0; r < 4; ++r) {
+      CHECK(errors[r] == "ok");
+      CHECK(shape_msgs[r] == (variable ? 3u : 0u));  // 3 i64 per message, only with variable lengths
+      CHECK(block_msgs[r] == 3u);
+      // R: the whole 12x8; Row: 6x8; C: 12x4 (each tp rank its own block), doubles.
+      CHECK(block_bytes[r] == (96u + 48u + 48u) * 8u);
+      CHECK(peers[r] == (r < 2 ? 1 : 0));  // pp coordinate 0 sends to 1, 1 receives from 0
+    }
+  }
+}
+
+TEST_CASE("p2p: communicate() batched and ring exchange move the same tensors, prev and next at once") {
+  for (bool ring : {false, true}) {
+    for (bool variable : {false, true}) {
+      CAPTURE(ring);
+      CAPTURE(variable);
+      std::vector<int> wrong(3, -1);
+      run_ranks(3, [&](ThreadComm& comm) {
+        Group pp = comm, tp = SelfComm{};
+        pipeline::P2POptions o{variable, ring};
+        const int r = pp.rank();
+        const pipeline::ActShape shape{2, 2, 3};
+        auto mk = [](int who, int dir) { return M::Constant(4, 3, 10.0 * who + dir); };
+        auto a = shard<Replicated>(mk(r, 1), tp), b = shard<Replicated>(mk(r, 2), tp);
+        auto got = pipeline::communicate(pp, tp, &a, &b, true, true, shape, o, /*wrap=*/true);
+        int w = 0;
+        w += compare(*got.from_prev, mk((r + 2) % 3, 2)).max_abs != 0.0;  // prev sent "to next" = dir 2
+        w += compare(*got.from_next, mk((r + 1) % 3, 1)).max_abs != 0.0;
+        wrong[static_cast<std::size_t>(r)] = w;
+      });
+      CHECK(wrong == std::vector<int>{0, 0, 0});
+    }
+  }
+  // Without wrap the ends have no neighbour on one side.
+  CHECK_THROWS_WITH_AS(run_ranks(2,
+                                 [](ThreadComm& comm) {
+                                   Group pp = comm, tp = SelfComm{};
+                                   auto x = shard<Replicated>(M::Zero(2, 2), tp);
+                                   if (pp.rank() == 0) (void)pipeline::communicate(pp, tp, &x, static_cast<const decltype(x)*>(nullptr), false, false, {1, 2, 2}, {});
+                                 }),
+                       "pipeline p2p: pp rank 0 of 2 has no previous stage", pipeline::PipelineError);
+}
+
+TEST_CASE("DP × PP × TP equals the dense model: every schedule, ± deallocation, ± variable lengths") {
+  const std::vector<std::string> schedules = {"AFAB", "1F1B", "interleaved", "ZB-H1"};
+  int runs = 0;
+  for (int pp : {1, 2, 4}) {
+    for (std::size_t k = 0; k < schedules.size(); ++k) {
+      for (bool dealloc : {false, true}) {
+        for (bool varlen : {false, true}) {
+          pc::Setup s;
+          s.dp = 2, s.pp = pp, s.tp = 2, s.schedule = schedules[k], s.m = 4;
+          s.dealloc = dealloc, s.varlen = varlen;
+          s.sp = dealloc;                            // each schedule and pp: sequence parallel and not
+          s.overlap = varlen != (k % 2 == 1);        // and overlapped p2p and not
+          CAPTURE(s.name());
+          const auto c = pc::config(s);
+          const auto m = pc::masters(c, 7 + static_cast<std::uint64_t>(pp));
+          const auto b = pc::batch(s, c, 100 + static_cast<std::uint64_t>(pp) + k);
+          const auto want = pc::dense(s, c, m, b, c.seed ^ 0x9E3779B97F4A7C15ULL);
+          const auto out = run_world(s, c, m, b);
+          for (const auto& o : out) CHECK(std::abs(o.loss - want.loss) <= 1e-12 * std::abs(want.loss));
+          const auto got = merge(s, out, 0);
+          const auto worst = pc::worst_error(got, want.grads);
+          const double err = worst.first;
+          const std::string at = worst.second;
+          CAPTURE(at);
+          CHECK(err <= 1e-12);
+          CHECK(merge(s, out, 1) == got);  // the replicas hold the same reduced gradients
+          // The tied embedding: the last stage's copy got the same whole gradient.
+          if (pp > 1) {
+            const auto& last = out[static_cast<std::size_t>((s.pp - 1) * s.tp)];
+            CHECK(last.grads.count("embedding") == 0);  // reported by the first stage only …
+          }
+          ++runs;
+        }
+      }
+    }
+  }
+  CHECK(runs == 48);
+}
+
+TEST_CASE("nn::Gpt at TP = 1 on the whole batch gives the pipeline's loss and gradients") {
+  pc::Setup s;
+  s.dp = 2, s.pp = 4, s.tp = 2, s.schedule = "ZB-H1", s.m = 4, s.sp = true, s.overlap = true;
+  const auto c = pc::config(s);
+  const auto m = pc::masters(c, 5);
+  const auto b = pc::batch(s, c, 55);
+  nn::GptConfig plain = c;
+  plain.sp = false;
+  auto gpt = nn::Gpt<double>::from_masters(plain, m, Group(SelfComm{}));
+  const double loss = gpt.forward_backward(b.tokens, b.targets);
+  const auto want = gpt.grad_masters();
+  const auto out = run_world(s, c, m, b);
+  CHECK(std::abs(out[0].loss - loss) <= 1e-12 * loss);
+  const auto worst = pc::worst_error(merge(s, out, 0), want);
+  const double err = worst.first;
+  const std::string at = worst.second;
+  CAPTURE(at);
+  CHECK(err <= 1e-12);
+}
+
+TEST_CASE("loss scaling: per token is the whole batch's mean; per micro-batch the mean of the means") {
+  pc::Setup s;
+  s.dp = 2, s.pp = 2, s.tp = 2, s.schedule = "1F1B", s.m = 4, s.dropout = 0.0;
+  s.ignored = 3;  // micro-batch 0 of replica 0 counts 7 targets, the others 8
+  const auto c = pc::config(s);
+  const auto m = pc::masters(c, 9);
+  const auto b = pc::batch(s, c, 19);
+  const auto whole = pc::dense(s, c, m, b, 0);
+  // Per micro-batch, independently: the dense model on each micro-batch alone.
+  double mean_of_means = 0;
+  nn::Masters avg;
+  const auto g = pc::dense_model(c, m, pc::kSeq, 0);
+  for (const auto& rep : b.replicas)
+    for (const auto& mb : rep) {
+      const auto o = ref::gpt_forward(g, mb.tokens, mb.targets, 0.0, c.ignore_index);
+      const double w = 1.0 / (s.m * s.dp);
+      mean_of_means += w * o.mean;
+      for (const auto& [name, x] : pc::dense_grads(c, ref::gpt_backward(g, mb.tokens, o), w)) {
+        auto it = avg.find(name);
+        if (it == avg.end()) avg.emplace(name, x);
+        else it->second += x;
+      }
+    }
+  CHECK(std::abs(mean_of_means - whole.loss) > 1e-6);  // the ignored target makes them differ
+  for (auto scaling : {nn::LossScaling::tokens, nn::LossScaling::microbatches}) {
+    s.scaling = scaling;
+    const bool tokens = scaling == nn::LossScaling::tokens;
+    CAPTURE(tokens);
+    const auto out = run_world(s, c, m, b);
+    const double want = tokens ? whole.loss : mean_of_means;
+    CHECK(std::abs(out[0].loss - want) <= 1e-12 * want);
+    const auto worst = pc::worst_error(merge(s, out, 0), tokens ? whole.grads : avg);
+    const double err = worst.first;
+    const std::string at = worst.second;
+    CAPTURE(at);
+    CHECK(err <= 1e-12);
+  }
+}
+
+TEST_CASE("output deallocation: the bytes held drop by the outputs kept, op by op; the last stage keeps none") {
+  for (bool sp : {false, true}) {
+    for (const char* sched : {"1F1B", "interleaved"}) {
+      pc::Setup s;
+      s.dp = 1, s.pp = 4, s.tp = 2, s.schedule = sched, s.m = 8, s.sp = sp;
+      CAPTURE(s.name());
+      const auto c = pc::config(s);
+      const auto m = pc::masters(c, 3);
+      const auto b = pc::batch(s, c, 33);
+      s.dealloc = false;
+      const auto keep = run_world(s, c, m, b);
+      s.dealloc = true;
+      const auto drop = run_world(s, c, m, b);
+      const auto sch = pc::schedule(s);
+      // One output: this tp rank's block of X[L] for one micro-batch (R: T×h; Row: T/t × h).
+      const std::size_t out_bytes = static_cast<std::size_t>(pc::kSeq * c.hidden / (sp ? s.tp : 1)) * sizeof(double);
+      for (int r = 0; r < s.pp; ++r) {
+        CAPTURE(r);
+        const auto& a = keep[static_cast<std::size_t>(r * s.tp)].stats;
+        const auto& d = drop[static_cast<std::size_t>(r * s.tp)].stats;
+        REQUIRE(a.held.size() == sch.ranks[static_cast<std::size_t>(r)].size());
+        REQUIRE(d.held.size() == a.held.size());
+        // Outputs kept after op i: F so far minus backwards so far, on stages that send one.
+        long live = 0;
+        bool exact = true;
+        for (std::size_t i = 0; i < a.held.size(); ++i) {
+          const auto& op = sch.ranks[static_cast<std::size_t>(r)][i];
+          const bool sends = sch.stage(r, op.chunk) < sch.stages() - 1;
+          if (sends && op.kind == pipeline::OpKind::F) ++live;
+          if (sends && (op.kind == pipeline::OpKind::BW || op.kind == pipeline::OpKind::B)) --live;
+          exact = exact && a.held[i] - d.held[i] == static_cast<std::size_t>(live) * out_bytes;
+        }
+        CHECK(exact);
+        if (sch.v == 1 && r == s.pp - 1) CHECK(d.peak_bytes == a.peak_bytes);
+        else CHECK(d.peak_bytes < a.peak_bytes);
+      }
+    }
+  }
+}
+
+TEST_CASE("the ledger: one send and one recv per message with its bytes and peer; shapes only with variable lengths") {
+  for (bool varlen : {false, true}) {
+    CAPTURE(varlen);
+    pc::Setup s;
+    s.dp = 1, s.pp = 2, s.tp = 2, s.schedule = "1F1B", s.m = 4, s.varlen = varlen;
+    const auto c = pc::config(s);
+    const auto m = pc::masters(c, 4);
+    const auto b = pc::batch(s, c, 44);
+    std::vector<std::map<std::string, std::size_t>> counts(4);
+    std::vector<std::size_t> block_bytes(4), wrong_peer(4), emb(4);
+    run_ranks(4, [&](ThreadComm& comm) {
+      Ledger ledger;
+      Mesh mesh(ledgered(comm, ledger), {{"pp", s.pp}, {"tp", s.tp}});
+      (void)pc::run_rank(s, c, m, b, mesh);
+      const auto r = static_cast<std::size_t>(comm.rank());
+      const int peer = 1 - mesh.coord("pp");
+      for (const auto& e : ledger.entries()) {
+        if (e.axis == "embedding") ++emb[r];
+        if (e.axis != "pp" || e.scope == "pp.loss") continue;
+        const bool shape = e.scope.size() >= 5 && e.scope.compare(e.scope.size() - 5, 5, "shape") == 0;
+        ++counts[r][std::string(shape ? "shape " : "") + std::string(to_string(e.kind))];
+        if (!shape) block_bytes[r] += e.bytes;
+        wrong_peer[r] += e.peer != peer;
+      }
+    });
+    const std::size_t n = static_cast<std::size_t>(s.m);
+    std::size_t block = 0;  // X[R] of every micro-batch, T_j×h doubles (the lengths vary with varlen)
+    for (const auto& mb : b.replicas[0]) block += static_cast<std::size_t>(mb.rows() * c.hidden) * sizeof(double);
+    for (std::size_t r = 0; r < 4; ++r) {
+      CAPTURE(r);
+      CHECK(counts[r]["send"] == n);  // stage 0 sends 4 activations, stage 1 4 gradients
+      CHECK(counts[r]["recv"] == n);
+      CHECK(counts[r]["shape send"] == (varlen ? n : 0));
+      CHECK(counts[r]["shape recv"] == (varlen ? n : 0));
+      CHECK(block_bytes[r] == 2 * block);  // each micro-batch's activation one way, its gradient back
+      CHECK(wrong_peer[r] == 0);
+      CHECK(emb[r] == 1);  // the tied embedding's gradient: one all_reduce over the embedding group
+    }
+  }
+}
+
+TEST_CASE("errors name the values") {
+  pc::Setup s;
+  s.pp = 2, s.tp = 1;
+  const auto c = pc::config(s);
+  run_ranks(2, [&](ThreadComm& comm) {
+    Mesh mesh(Group(comm), {{"pp", 2}, {"tp", 1}});
+    const auto lay = pipeline::parse_layout(pc::layout(s), 2, c.layers);
+    auto model = nn::PipelineGpt<double>::init(c, lay, mesh);
+    CHECK_THROWS_WITH_AS(pipeline::Executor<nn::PipelineGpt<double>>(mesh.group("pp"), pipeline::one_f_one_b(4, 4), {}),
+                         "pipeline::Executor: schedule '1F1B' is for p = 4 pipeline ranks, the pp group has 2",
+                         pipeline::PipelineError);
+    pipeline::Executor<nn::PipelineGpt<double>> ex(mesh.group("pp"), pipeline::interleaved_1f1b(2, 4, 2), {});
+    model.set_microbatches(pc::batch(s, c, 1).replicas[0], nn::LossScaling::microbatches);
+    CHECK_THROWS_WITH_AS(ex.run(model),
+                         "pipeline::Executor: schedule 'interleaved 1F1B' runs v = 2 model chunks per rank, the model has 1",
+                         pipeline::PipelineError);
+    CHECK_THROWS_WITH_AS(nn::PipelineGpt<double>::init(c, pipeline::parse_layout("Et*8|L", 1, 8), mesh),
+                         "pipeline layout \"Et*8|L\" is for 1 pipeline ranks, the mesh has pp = 2",
+                         pipeline::PipelineLayoutError);
+    CHECK_THROWS_WITH_AS(nn::PipelineGpt<double>::init(c, pipeline::parse_layout("Et*4|t*3mL", 2, 7), mesh),
+                         "pipeline layout \"Et*4|t*3mL\": 7 decoder layers 't', the model has 8",
+                         pipeline::PipelineLayoutError);
+    CHECK_THROWS_WITH_AS(nn::PipelineGpt<double>::init(c, pipeline::parse_layout("Et*4|t*4mL", 2, 8), mesh),
+                         "pipeline layout \"Et*4|t*4mL\": stage 1 (pp rank 1, vp stage 0) has a multi-token-prediction "
+                         "layer 'm'; shardalg has no MTP head to build",
+                         pipeline::PipelineLayoutError);
+    CHECK_THROWS_WITH_AS(model.set_microbatches(pc::batch(s, c, 1).replicas[0], nn::LossScaling::tokens, 0),
+                         "PipelineGpt: per-token loss scaling needs the global batch's target count, got 0", ShapeError);
+  });
+}
