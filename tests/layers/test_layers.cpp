@@ -255,6 +255,22 @@ TEST_CASE("attention dropout: the mask drops about p of the probabilities, depen
     CHECK(keys[r].batch0 == 3);
     CHECK(keys[r].heads == kHeads);
   }
+  // Bit for bit: every rank's factor at its local head k is the dense twin's at global head 3r + k.
+  for (int p : kWorlds) {
+    const auto masks = testing::per_rank<nn::AttnDropout>(p, [&](const Group& g) {
+      nn::AttentionConfig cfg{kHidden, kHeads, 0, kSeq, true};
+      cfg.dropout = ra.p, cfg.dropout_seed = ra.seed, cfg.layer = 0;
+      return nn::Attention<double>::init(cfg, g, {}).dropout(g);
+    });
+    int differ = 0;
+    for (const auto& d : masks)
+      for (Index b = 0; b < 2; ++b)
+        for (Index k = 0; k < kHeads / p; ++k)
+          for (Index i = 0; i < kSeq; ++i)
+            for (Index j = 0; j <= i; ++j)
+              differ += d.factor<double>(b, k, kSeq, i, j) != ref::attn_drop_factor(ra, b, d.head0 + k, i, j);
+    CHECK(differ == 0);
+  }
   // p = 0: the layer's output and gradients are those of the layer without the option, bit for bit.
   for (int p : {1, 2}) {
     const auto out = testing::per_rank<std::vector<M>>(p, [&](const Group& g) {
