@@ -221,6 +221,33 @@ TEST_CASE("irecv matches in posting order, whatever order the requests are waite
   CHECK(ok == std::vector<int>{1, 1});
 }
 
+TEST_CASE("a message sent after its irecv was posted lands in the posted buffer; a size mismatch is named") {
+  std::vector<std::string> got(2, "ok");
+  run_ranks(2, [&](ThreadComm& c) {
+    Group g = c;
+    try {
+      if (c.rank() == 1) {
+        std::vector<double> a(3, 0.0), b(6, 0.0);
+        Request ra = g.irecv(a.data(), 3, DType::f64, 0);  // posted before rank 0 sends (the barrier)
+        Request rb = g.irecv(b.data(), 6, DType::f64, 0);
+        g.barrier();
+        ra.wait();
+        if (a != std::vector<double>{1, 2, 3}) got[1] = "wrong values";
+        rb.wait();
+      } else {
+        g.barrier();
+        const double a[3] = {1, 2, 3}, b[8] = {};
+        g.send(a, 3, DType::f64, 1);
+        g.send(b, 8, DType::f64, 1);
+      }
+    } catch (const CommError& e) {
+      got[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+  });
+  CHECK(got[0] == "ok");
+  CHECK(got[1] == "ThreadComm: rank 1 expected 48 bytes from rank 0, got 64");
+}
+
 TEST_CASE("a posted irecv dropped while another error unwinds does not end the process") {
   // Rank 0 fails; rank 1, holding a receive from it, is released from its barrier by the abort:
   // unwinding destroys the Request, whose wait fails too — dropped, not std::terminate.

@@ -162,11 +162,35 @@ class ThreadWorld {
   // Point to point. Each (src, dst) pair numbers its messages as they are sent and its
   // receives as they are posted (recv, or irecv when it is called); receive k takes message k —
   // MPI's rule: receives match in the order they are posted, whenever they are waited for.
+  // A message sent after its irecv was posted is copied by the sender straight into the posted
+  // buffer (as a NIC or a copy engine would): the receiver does not copy it on its own time.
+  struct Posted {
+    void* buf;
+    std::size_t bytes;
+    int state = 0;        // 0 waiting for its message, 1 being copied by the sender, 2 done
+    std::size_t got = 0;  // the message's bytes
+  };
   void post(int src, int dst, const void* buf, std::size_t bytes) {
+    std::shared_ptr<Posted> into;
+    {
+      std::lock_guard lk(m_);
+      if (aborted_) throw_aborted();
+      auto& box = mail_[{src, dst}];
+      const std::uint64_t t = box.sent++;
+      auto it = box.posted.find(t);
+      if (it == box.posted.end()) {
+        box.msgs.emplace(t, std::vector<char>(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes));
+        mail_cv_.notify_all();
+        return;
+      }
+      into = it->second;
+      box.posted.erase(it);
+      into->state = 1;
+      into->got = bytes;
+    }
+    if (into->bytes == bytes) std::memcpy(into->buf, buf, bytes);  // outside the lock; the receiver waits for state 2
     std::lock_guard lk(m_);
-    if (aborted_) throw_aborted();
-    auto& box = mail_[{src, dst}];
-    box.msgs.emplace(box.sent++, std::vector<char>(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes));
+    into->state = 2;
     mail_cv_.notify_all();
   }
   /// A receive posted now: its ticket (the number of the message it will take).
@@ -174,43 +198,62 @@ class ThreadWorld {
     std::lock_guard lk(m_);
     return mail_[{src, dst}].claimed++;
   }
+  /// irecv: a ticket, and when its message has not arrived yet, the buffer registered for the
+  /// sender to copy into (null when the message is already here: the receiver copies it).
+  std::pair<std::uint64_t, std::shared_ptr<Posted>> claim_into(int src, int dst, void* buf, std::size_t bytes) {
+    std::lock_guard lk(m_);
+    auto& box = mail_[{src, dst}];
+    const std::uint64_t t = box.claimed++;
+    if (box.msgs.count(t)) return {t, nullptr};
+    auto p = std::make_shared<Posted>(Posted{buf, bytes});
+    box.posted.emplace(t, p);
+    return {t, p};
+  }
   /// Blocking recv: claim the next message and wait for it. `watch` (checked mode): after
   /// collective_timeout() the wait ends in CollectiveTimeoutError.
   void take(int src, int dst, void* buf, std::size_t bytes, bool watch = false) {
-    take_ticket(src, dst, claim(src, dst), buf, bytes, watch);
+    take_ticket(src, dst, claim(src, dst), nullptr, buf, bytes, watch);
   }
-  /// Wait for message `ticket` from src and copy it into buf.
-  void take_ticket(int src, int dst, std::uint64_t ticket, void* buf, std::size_t bytes, bool watch = false) {
+  /// Wait for message `ticket` from src: copied by the sender into the posted buffer (`p`), or
+  /// here from the mailbox into buf.
+  void take_ticket(int src, int dst, std::uint64_t ticket, Posted* p, void* buf, std::size_t bytes, bool watch = false) {
     std::unique_lock lk(m_);
     auto& box = mail_[{src, dst}];
-    const auto ready = [&] { return box.msgs.count(ticket) > 0 || aborted_; };
+    const auto arrived = [&] { return p ? p->state == 2 : box.msgs.count(ticket) > 0; };
+    const auto ready = [&] { return arrived() || (aborted_ && (!p || p->state == 0)); };
     if (watch) {
       recv_from_[dst] = src;
       const double limit = collective_timeout();
       const bool ok =
           mail_cv_.wait_until(lk, std::chrono::steady_clock::now() + std::chrono::duration<double>(limit), ready);
       recv_from_[dst] = -1;
-      if (!ok) {
+      if (!ok && !(p && p->state == 1)) {  // (a copy under way finishes: its buffer must outlive it)
         std::string msg = cat("ThreadComm: rank ", dst, " waited more than ", timeout_text(limit), " in recv of ",
                               bytes, " bytes from rank ", src, others(dst));
         abort_locked();
+        box.posted.erase(ticket);  // no sender writes into it after this
         throw CollectiveTimeoutError(std::move(msg));
       }
-    } else {
-      mail_cv_.wait(lk, ready);
     }
-    if (!box.msgs.count(ticket)) throw_aborted();
-    deliver(box, ticket, src, dst, buf, bytes);
+    mail_cv_.wait(lk, ready);
+    if (!arrived()) {
+      box.posted.erase(ticket);
+      throw_aborted();
+    }
+    finish_locked(box, ticket, p, src, dst, buf, bytes);
   }
-  /// Message `ticket` from src if it has arrived (copied into buf), else false; never waits.
-  bool try_ticket(int src, int dst, std::uint64_t ticket, void* buf, std::size_t bytes) {
+  /// Message `ticket` from src if it has arrived (delivered into buf), else false; never waits.
+  bool try_ticket(int src, int dst, std::uint64_t ticket, Posted* p, void* buf, std::size_t bytes) {
     std::unique_lock lk(m_);
     auto& box = mail_[{src, dst}];
-    if (!box.msgs.count(ticket)) {
-      if (aborted_) throw_aborted();
+    if (p ? p->state != 2 : box.msgs.count(ticket) == 0) {
+      if (aborted_ && (!p || p->state == 0)) {
+        box.posted.erase(ticket);
+        throw_aborted();
+      }
       return false;
     }
-    deliver(box, ticket, src, dst, buf, bytes);
+    finish_locked(box, ticket, p, src, dst, buf, bytes);
     return true;
   }
 
@@ -255,14 +298,18 @@ class ThreadWorld {
   std::vector<std::uint64_t> arrived_at_;  // generation + 1 of the barrier rank r last entered
   std::vector<int> recv_from_;             // the peer rank r waits on in a watched recv, or −1
   struct Mailbox {
-    std::map<std::uint64_t, std::vector<char>> msgs;  // sent, not yet taken, by number
+    std::map<std::uint64_t, std::vector<char>> msgs;           // sent before their receive was posted
+    std::map<std::uint64_t, std::shared_ptr<Posted>> posted;   // receives posted before their message
     std::uint64_t sent = 0, claimed = 0;
   };
-  static void deliver(Mailbox& box, std::uint64_t ticket, int src, int dst, void* buf, std::size_t bytes) {
+  // The message of `ticket` has arrived: copied already (p), or copied now from the mailbox.
+  static void finish_locked(Mailbox& box, std::uint64_t ticket, Posted* p, int src, int dst, void* buf,
+                            std::size_t bytes) {
+    const std::size_t got = p ? p->got : box.msgs.at(ticket).size();
+    if (got != bytes)
+      throw CommError(detail::cat("ThreadComm: rank ", dst, " expected ", bytes, " bytes from rank ", src, ", got ", got));
+    if (p) return;
     auto it = box.msgs.find(ticket);
-    if (it->second.size() != bytes)
-      throw CommError(detail::cat("ThreadComm: rank ", dst, " expected ", bytes, " bytes from rank ", src, ", got ",
-                                  it->second.size()));
     std::memcpy(buf, it->second.data(), bytes);
     box.msgs.erase(it);
   }
@@ -459,7 +506,8 @@ class ThreadComm {
   /// (under the watchdog in checked mode).
   [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer, const CallInfo& = {}) {
     check_peer(peer, "recv peer");
-    return Request(PendingRecv{w_, peer, rank_, w_->claim(peer, rank_), buf, n * size_of(t)});
+    auto [ticket, posted] = w_->claim_into(peer, rank_, buf, n * size_of(t));
+    return Request(PendingRecv{w_, peer, rank_, ticket, std::move(posted), buf, n * size_of(t)});
   }
 
  private:
@@ -467,10 +515,11 @@ class ThreadComm {
     std::shared_ptr<detail::ThreadWorld> w;
     int src, dst;
     std::uint64_t ticket;
+    std::shared_ptr<detail::ThreadWorld::Posted> posted;  // null: the message was there when posted
     void* buf;
     std::size_t bytes;
-    bool test() { return w->try_ticket(src, dst, ticket, buf, bytes); }
-    void wait() { w->take_ticket(src, dst, ticket, buf, bytes, check_collectives()); }
+    bool test() { return w->try_ticket(src, dst, ticket, posted.get(), buf, bytes); }
+    void wait() { w->take_ticket(src, dst, ticket, posted.get(), buf, bytes, check_collectives()); }
   };
 
  public:
