@@ -16,6 +16,15 @@ Parsed parse_options(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--zero", o.zero, "with --dp: the sharded optimizer (ZeRO-1: reduce_scatter + all_gather over dp)");
   app.add_option("--bucket", o.bucket, "with --dp: values per gradient bucket (0: one bucket per tensor)")->capture_default_str();
+  app.add_option("--pp", o.pp, "pipeline ranks: a dp × pp × tp mesh, nn::PipelineGpt under a schedule (threads: dp·pp·tp ranks)")
+      ->capture_default_str();
+  app.add_option("--schedule", o.schedule, "with --pp: the pipeline schedule")
+      ->check(CLI::IsMember({"afab", "1f1b", "interleaved", "zb-h1"}, CLI::ignore_case))
+      ->transform(CLI::IsMember({"afab", "1f1b", "interleaved", "zb-h1"}, CLI::ignore_case))
+      ->capture_default_str();
+  app.add_option("--microbatches", o.microbatches, "with --pp: micro-batches per replica (0: one sequence each, --batch / --dp)")->capture_default_str();
+  app.add_flag("--dealloc", o.dealloc, "with --pp: release each stage output once sent (output deallocation)");
+  app.add_flag("--overlap-p2p", o.overlap, "with --pp: post the next receive before computing (warm-up/flush overlap)");
   app.add_flag("--sp", o.sp, "sequence parallelism (RowSharded activations between blocks)");
   app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str();
   app.add_option("--hidden", o.hidden, "hidden size h")->capture_default_str();
@@ -51,6 +60,7 @@ Parsed parse_options(int argc, char** argv) {
   }
   parsed.tp_given = app.count("--tp") > 0;
   o.seed = static_cast<std::uint64_t>(o.seed_arg);
+  if (o.pp > 1 && o.microbatches == 0 && o.dp > 0) o.microbatches = static_cast<int>(o.batch / o.dp);
   return parsed;
 }
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "data_parallel.hpp"
+#include "pipeline.hpp"
 #include "report_json.hpp"
 #include "report_text.hpp"
 #include "run_rank.hpp"
@@ -61,6 +62,22 @@ int run_all(const Options& o, int p, Group* mpi_world, int mpi_rank) {
   // One rank of the world: with --dp, the mesh dp × tp; the layer-by-layer run on its tp group
   // (every replica runs the whole batch, rank 0's is reported), then DataParallelGpt on the mesh.
   auto one_rank = [&](Group world, bool is_root) {
+    if (o.pp > 1 || o.microbatches > 0) {  // --pp: a dp × pp × tp mesh; the layer-by-layer run on each tp group
+      const Mesh mesh(world, {{"dp", o.dp}, {"pp", o.pp}, {"tp", p}});
+      if (o.sp) run_rank<T, true>(mesh.group("tp"), o, dm, is_root ? &res : nullptr, prog);
+      else run_rank<T, false>(mesh.group("tp"), o, dm, is_root ? &res : nullptr, prog);
+      if (is_root) prog("pipeline " + o.schedule + " on the mesh", true);
+      const DenseRun* dense = is_root ? &res.dense : nullptr;
+      Row row;
+      std::vector<std::string> trace;
+      if (o.sp) run_pp<T, true>(mesh, o, dm, dense, &row, is_root ? &res.pp_figures : nullptr, &trace);
+      else run_pp<T, false>(mesh, o, dm, dense, &row, is_root ? &res.pp_figures : nullptr, &trace);
+      if (is_root) {
+        res.rows.push_back(std::move(row));
+        if (!o.trace.empty()) res.trace_events = std::move(trace);  // the schedule as executed, one row per rank
+      }
+      return;
+    }
     if (o.dp == 1) {
       if (o.sp) run_rank<T, true>(world, o, dm, is_root ? &res : nullptr, prog);
       else run_rank<T, false>(world, o, dm, is_root ? &res : nullptr, prog);
@@ -79,11 +96,16 @@ int run_all(const Options& o, int p, Group* mpi_world, int mpi_rank) {
   if (mpi_world) {
     res.backend_name = o.dp > 1 ? fmt::format("MpiComm ({} processes: dp {} × tp {})", p * o.dp, o.dp, p)
                                 : fmt::format("MpiComm ({} processes)", p);
+    if (o.pp > 1)
+      res.backend_name = fmt::format("MpiComm ({} processes: dp {} × pp {} × tp {})", p * o.dp * o.pp, o.dp, o.pp, p);
     one_rank(*mpi_world, root);
   } else {
     res.backend_name = o.dp > 1 ? fmt::format("ThreadComm ({} ranks as threads: dp {} × tp {})", p * o.dp, o.dp, p)
                                 : fmt::format("ThreadComm ({} ranks as threads in this process)", p);
-    run_ranks(p * o.dp, [&](ThreadComm& c) { one_rank(Group(c), c.rank() == 0); });
+    if (o.pp > 1)
+      res.backend_name = fmt::format("ThreadComm ({} ranks as threads: dp {} × pp {} × tp {})", p * o.dp * o.pp, o.dp,
+                                     o.pp, p);
+    run_ranks(p * o.dp * o.pp, [&](ThreadComm& c) { one_rank(Group(c), c.rank() == 0); });
   }
   progress.done();
   if (!root) return 0;

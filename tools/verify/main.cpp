@@ -21,6 +21,8 @@
 //   mpirun -np 2 shardalg-verify --backend mpi
 //   shardalg-verify --dp 2 --tp 2            a dp × tp mesh: DataParallelGpt on the global batch
 //   mpirun -np 4 shardalg-verify --backend mpi --dp 2 --zero
+//   shardalg-verify --pp 4 --schedule zb-h1 --trace t.json   a dp × pp × tp mesh: nn::PipelineGpt under a
+//                                            schedule; the trace draws the schedule, one row per rank
 //
 // The files (tools/verify/): cli (flags), options (configuration and its checks), model (the dense
 // masters and reference pass), run_rank + rows (one rank's run, rank 0's rows), explain_block
@@ -79,10 +81,14 @@ int main(int argc, char** argv) {
       if (o.dp < 1 || size % o.dp != 0)
         throw ConfigError(shardalg::detail::cat("--dp ", o.dp, " does not divide the MPI process count ", size,
                                                 " (under mpirun the processes form a dp × tp mesh)"));
-      if (tp_given && o.tp * o.dp != size)
-        throw ConfigError(shardalg::detail::cat("--tp ", o.tp, " × --dp ", o.dp, " differs from the MPI process count ", size,
-                                                " (under mpirun the TP size is the process count over --dp)"));
-      p = size / o.dp;
+      if (o.pp < 1 || (size / o.dp) % o.pp != 0)
+        throw ConfigError(shardalg::detail::cat("--dp ", o.dp, " × --pp ", o.pp, " does not divide the MPI process count ", size,
+                                                " (under mpirun the processes form a dp × pp × tp mesh)"));
+      if (tp_given && o.tp * o.dp * o.pp != size)
+        throw ConfigError(shardalg::detail::cat("--tp ", o.tp, " × --dp ", o.dp, (o.pp > 1 ? shardalg::detail::cat(" × --pp ", o.pp) : std::string()),
+                                                " differs from the MPI process count ", size,
+                                                " (under mpirun the TP size is the process count over --dp", (o.pp > 1 ? " and --pp" : ""), ")"));
+      p = size / o.dp / o.pp;
     } else if (under_mpirun()) {
       throw ConfigError("running under mpirun with --backend thread; pass --backend mpi");
     }

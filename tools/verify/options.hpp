@@ -28,6 +28,11 @@ struct Options {
   int dp = 1;                          // data-parallel replicas: a dp × tp mesh (tools/verify/data_parallel.hpp)
   bool zero = false;                   // --zero: the sharded optimizer (ZeRO-1) on dp
   std::size_t bucket = std::size_t{1} << 16;  // --bucket: values per data-parallel gradient bucket (0: one per tensor)
+  int pp = 1;                          // pipeline stages' ranks: a dp × pp × tp mesh (tools/verify/pipeline.hpp)
+  std::string schedule = "1f1b";       // --schedule: afab, 1f1b, interleaved (2 chunks per rank), zb-h1
+  int microbatches = 0;                // --microbatches per replica (0: one sequence each)
+  bool dealloc = false;                // --dealloc: release a stage's output once sent
+  bool overlap = false;                // --overlap-p2p: post the next receive before computing
   bool sp = false;
   int layers = 2;
   Index hidden = 64, heads = 8, groups = 0, ffn = 0, seq = 32, batch = 2, vocab = 1000, vocab_divisor = 128;
@@ -162,6 +167,16 @@ inline void validate(const Options& o, int p) {
   if (o.batch % o.dp != 0)
     throw ConfigError(cat("--batch ", o.batch, " is not divisible by --dp ", o.dp, " (each replica takes batch/dp sequences)"));
   if (o.zero && o.dp < 2) throw ConfigError("--zero shards the optimizer over data-parallel replicas: it needs --dp 2 or more");
+  positive("--pp", o.pp);
+  if (o.pp > 1 || o.microbatches > 0) {
+    const Index m = o.microbatches > 0 ? o.microbatches : o.batch / o.dp;
+    if (o.zero) throw ConfigError("--zero is not combined with --pp (the pipeline run computes gradients only)");
+    if ((o.batch / o.dp) % m != 0)
+      throw ConfigError(cat("--microbatches ", m, " does not divide the ", o.batch / o.dp,
+                            " sequences of a replica (--batch / --dp)"));
+    if (o.schedule == "interleaved" && m % o.pp != 0)
+      throw ConfigError(cat("--schedule interleaved: --microbatches ", m, " is not a multiple of --pp ", o.pp));
+  }
   if (o.seed_arg < 0) throw ConfigError(cat("--seed ", o.seed_arg, " must not be negative"));
   positive("--layers", o.layers);
   positive("--hidden", o.hidden);
@@ -183,7 +198,7 @@ inline void validate(const Options& o, int p) {
   nn::VocabParallelEmbedding<double>::check_padding("VocabParallelEmbedding", o.vocab, padded, p);
   if (o.sp) nn::SequenceParallelBlock<double>::check_tokens(o.tokens(), p);
   check_trace_path(o.trace);
-  check_memory(o, p, o.dp);
+  check_memory(o, p, o.dp * o.pp);
 }
 
 }  // namespace sv

@@ -86,6 +86,14 @@ std::string format_json(const Options& o, int p, const RankResult& r, bool pass,
     j["zero"] = {{"moments_bytes_measured", r.dp_figures.state_bytes},
                  {"moments_bytes_formula", r.dp_figures.formula_bytes},
                  {"adam_moments_bytes", r.dp_figures.adam_bytes}};
+  if (r.pp_figures.on)
+    j["pipeline"] = {{"pp", o.pp},
+                     {"schedule", o.schedule},
+                     {"microbatches", o.microbatches},
+                     {"layout", r.pp_figures.layout},
+                     {"deallocate_outputs", o.dealloc},
+                     {"overlap_p2p", o.overlap},
+                     {"peak_bytes_per_rank", r.pp_figures.peak_bytes}};
   j["tolerance"] = o.tolerance();
   json samples = json::array();
   for (const auto& s : r.cal.samples)

@@ -75,7 +75,8 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
                  o.layers, o.hidden, o.heads, d, o.num_groups(), o.ffn_size(), o.batch, o.seq, o.tokens());
   fmt::format_to(out, "         vocab {} (padded {}), {}, {}, dropout {:g}{}, {}\n", o.vocab, padded, o.norm, o.act, o.dropout,
                  o.attn_dropout > 0 ? fmt::format(", attention dropout {:g}", o.attn_dropout) : "", o.dtype);
-  fmt::format_to(out, "sharded  TP={}{} on {}, {}\n", p, r.dp > 1 ? fmt::format(" × DP={}", r.dp) : "", r.backend_name,
+  fmt::format_to(out, "sharded  TP={}{}{} on {}, {}\n", p, r.dp > 1 ? fmt::format(" × DP={}", r.dp) : "",
+                 o.pp > 1 ? fmt::format(" × PP={}", o.pp) : "", r.backend_name,
                  o.sp ? "sequence parallel" : "no sequence parallelism");
   const double beta = r.cal.link.beta_bytes_per_second;
   fmt::format_to(out, "link     α = {}, β = {}  (fitted on this group: all-reduce of 4 KiB … 1 MiB, fastest of 9)\n",
@@ -104,6 +105,10 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
   fmt::format_to(out,
                  "  (AR all_reduce, AG all_gather, RS reduce_scatter; bytes: the dense V of each, as the ledger counts;\n"
                  "   nn::Gpt's analytic column is the layer-by-layer run's ledger: the model class must communicate the same)\n");
+  if (r.pp_figures.on)
+    fmt::format_to(out,
+                   "  (PP: pp rank 0's point-to-point sends and receives during the schedule, beside the count from the\n"
+                   "   schedule: one per message, this tp rank's block of the micro-batch's activation or gradient)\n");
   if (r.dp > 1)
     fmt::format_to(out,
                    "  (DataParallelGpt: its collectives on the dp axis only — forward: the global loss; backward: the\n"
@@ -119,7 +124,7 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
                    format_bytes(double(m.params)), format_bytes(double(m.grads)), format_bytes(double(m.activations)));
   };
   for (const auto& row : r.rows)
-    if (row.key != "gpt" && row.key != "dp") time_row(row.name, row.predicted_s, row.measured_s, row.measured_max_s, row.compute_s, row.mem);
+    if (row.key != "gpt" && row.key != "dp" && row.key != "pp") time_row(row.name, row.predicted_s, row.measured_s, row.measured_max_s, row.compute_s, row.mem);
   const Totals t = totals(r.rows);
   time_row("total", t.predicted_s, t.measured_s, t.measured_max_s, t.compute_s, t.mem);
   fmt::format_to(out,
@@ -136,6 +141,18 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
                    r.dp_figures.state_bytes == r.dp_figures.formula_bytes ? "equal" : "DIFFERENT",
                    format_bytes(double(r.dp_figures.adam_bytes)),
                    r.dp_figures.state_bytes ? double(r.dp_figures.adam_bytes) / double(r.dp_figures.state_bytes) : 0.0);
+
+  if (r.pp_figures.on) {
+    std::string peaks;
+    for (std::size_t k = 0; k < r.pp_figures.peak_bytes.size(); ++k)
+      peaks += fmt::format("{}{}", k ? ", " : "", format_bytes(double(r.pp_figures.peak_bytes[k])));
+    fmt::format_to(out,
+                   "\npipeline layout \"{}\", {} micro-batches per replica{}{}; bytes held between ops, peak per rank: {}; "
+                   "rank 0 waited {} for messages, computed {}\n",
+                   r.pp_figures.layout, o.microbatches, o.dealloc ? ", outputs deallocated" : "",
+                   o.overlap ? ", receives overlapped" : "", peaks, format_time(r.pp_figures.wait_s),
+                   format_time(r.pp_figures.compute_s));
+  }
 
   fmt::format_to(out, "\nsummary  {}/{} checks passed, max error {} (threshold {}); loss {:.10g} (dense {:.10g})\n",
                  t.checks - t.failed, t.checks, format_err(t.max_error), format_err(o.tolerance()), r.loss, r.loss_ref);

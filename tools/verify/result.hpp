@@ -44,6 +44,15 @@ struct DpFigures {
   std::size_t state_bytes = 0, formula_bytes = 0, adam_bytes = 0;
 };
 
+/// --pp: the layout the stages held, the peak bytes each rank held between ops (measured by the
+/// executor), and rank 0's seconds waiting for messages and computing.
+struct PpFigures {
+  bool on = false;
+  std::string layout;
+  std::vector<std::size_t> peak_bytes;  // per world rank
+  double wait_s = 0, compute_s = 0;
+};
+
 /// The --dp row's name (fits the report's first column): "DP=2 Gpt", "DP=2 Gpt ZeRO".
 inline std::string fmt_dp_name(int d, int /*t*/, bool zero) {
   return "DP=" + std::to_string(d) + " Gpt" + (zero ? " ZeRO" : "");
@@ -60,6 +69,7 @@ struct RankResult {  // filled on rank 0
   std::string backend_name;
   int dp = 1;
   DpFigures dp_figures;
+  PpFigures pp_figures;  // --pp (tools/verify/pipeline.hpp)
   DenseRun dense;  // the dense reference pass (rank 0), which the --dp row compares with too
 };
 
@@ -77,7 +87,7 @@ inline Totals totals(const std::vector<Row>& rows) {
     t.checks += row.checks.size();
     t.failed += row.failures();
     t.max_error = std::max(t.max_error, row.max_error());
-    if (row.key == "gpt" || row.key == "dp") continue;
+    if (row.key == "gpt" || row.key == "dp" || row.key == "pp") continue;
     t.predicted_s += row.predicted_s;
     t.measured_s += row.measured_s;
     t.measured_max_s += row.measured_max_s;
