@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pipeline_cases.hpp"
+#include "shardalg/cuda/sim_world.hpp"
 #include "shardalg/shardalg.hpp"
 
 using namespace shardalg;
@@ -160,6 +161,26 @@ TEST_CASE("DP × PP × TP equals the dense model: every schedule, ± deallocatio
     }
   }
   CHECK(runs == 48);
+}
+
+TEST_CASE("the simulated CUDA world's protocol (host memory) runs the pipeline too: isend/irecv, splits") {
+  pc::Setup s;
+  s.dp = 1, s.pp = 2, s.tp = 2, s.schedule = "interleaved", s.m = 4, s.varlen = true, s.overlap = true, s.sp = true;
+  const auto c = pc::config(s);
+  const auto m = pc::masters(c, 12);
+  const auto b = pc::batch(s, c, 21);
+  const auto want = pc::dense(s, c, m, b, c.seed ^ 0x9E3779B97F4A7C15ULL);
+  std::vector<pc::RankOut> out(4);
+  cuda::run_host_sim_ranks(4, [&](cuda::SimComm<cuda::HostSimOps>& comm) {
+    Mesh mesh(Group(comm), {{"dp", 1}, {"pp", 2}, {"tp", 2}});
+    out[static_cast<std::size_t>(comm.rank())] = pc::run_rank(s, c, m, b, mesh);
+  });
+  CHECK(std::abs(out[0].loss - want.loss) <= 1e-12 * want.loss);
+  const auto worst = pc::worst_error(merge(s, out, 0), want.grads);
+  const double err = worst.first;
+  const std::string at = worst.second;
+  CAPTURE(at);
+  CHECK(err <= 1e-12);
 }
 
 TEST_CASE("nn::Gpt at TP = 1 on the whole batch gives the pipeline's loss and gradients") {
