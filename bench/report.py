@@ -253,6 +253,15 @@ def main():
                  auto["ms"] / t2 <= 1.02))
 
     L.append("## Summary against the goals of issue 18 (CPU speed against strong baselines)\n")
+    try:
+        loaded = max(float(load["before"][0]), float(load["after"][0])) > 0.5 or noisy
+    except ValueError:
+        loaded = noisy
+    if loaded:
+        L.append(f"**Taken on a loaded machine** (load average {load['before'][0]} before the run, {load['after'][0]} "
+                 f"after; the two-core sanity check {contention:.2f}×): other work shared the two cores, so every "
+                 "figure here is pessimistic and noisy, the paired ratios least so.\n")
+    L.append("Where the time goes for the goals missed: docs/design.md §14 (per-rank CPU-time profile).\n")
     L.append("| figure | measured | goal | met |")
     L.append("|---|---|---|---|")
     for f, v, g, ok in goals:
