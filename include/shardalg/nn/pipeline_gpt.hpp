@@ -293,11 +293,11 @@ class PipelineGpt {
   }
 
   [[nodiscard]] std::size_t bytes(const State& st) const {
-    using detail::local_bytes;
+    using detail::pp::local_bytes;
     std::size_t n = 0;
     if (st.emb) n += st.emb->ids.size() * sizeof(std::int64_t);
-    for (const auto& c : st.caches) n += detail::block_cache_bytes(c);
-    if (st.fn) n += local_bytes(st.fn->xhat) + detail::matrix_bytes(st.fn->rstd);
+    for (const auto& c : st.caches) n += detail::pp::block_cache_bytes(c);
+    if (st.fn) n += local_bytes(st.fn->xhat) + detail::pp::matrix_bytes(st.fn->rstd);
     if (st.head) n += local_bytes(st.head->x);
     if (st.loss) n += local_bytes(st.loss->probs) + st.loss->targets.size() * sizeof(std::int64_t) + st.loss->active.size();
     for (const auto& w : st.work)

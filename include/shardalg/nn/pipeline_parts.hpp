@@ -96,6 +96,7 @@ void add_block(std::optional<G>& acc, G&& g) {
 }
 
 // ---- bytes of what a forward keeps (the matrices themselves) ---------------------------------
+namespace pp {  // (nn/memory.hpp has its own local_bytes and matrix_bytes in nn::detail)
 template <class S>
 std::size_t local_bytes(const S& s) {
   return static_cast<std::size_t>(s.local().size()) * sizeof(typename S::value_type);
@@ -110,6 +111,7 @@ std::size_t block_cache_bytes(const C& c) {
          matrix_bytes(c.attn.probs) + local_bytes(c.attn.proj.h) + local_bytes(c.ln2.xhat) + matrix_bytes(c.ln2.rstd) +
          local_bytes(c.mlp.fc1.x) + local_bytes(c.mlp.h) + local_bytes(c.mlp.fc2.h);
 }
+}  // namespace pp
 
 // ---- physical → logical (gathers over tp: verification traffic) --------------------------
 template <class S>
