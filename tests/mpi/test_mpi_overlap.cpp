@@ -11,9 +11,9 @@ using ov::Overlap;
 
 namespace {
 void check_exact(const ov::Result& r) {
-  for (const auto& [name, err] : r.errors) {
-    CAPTURE(name);
-    CHECK(err == 0.0);
+  for (const auto& e : r.errors) {  // no structured binding: CAPTURE captures it (Clang 14)
+    CAPTURE(e.first);
+    CHECK(e.second == 0.0);
   }
 }
 int world_min(int v) {
@@ -61,8 +61,8 @@ TEST_CASE("MPI: MLP and block with overlap on equal the sequential schedule") {
   // The only differences: dW1 summed in token chunks, dX reduced by MPI_Iallreduce instead of
   // MPI_Allreduce (its own order for P > 2); the bound is a few ulps of the gradients' size.
   for (const auto& r : {ov::mlp(MpiComm(MPI_COMM_WORLD)), ov::block(MpiComm(MPI_COMM_WORLD))})
-    for (const auto& [name, err] : r.errors) {
-      CAPTURE(name);
-      CHECK(err <= 1e-13);
+    for (const auto& e : r.errors) {
+      CAPTURE(e.first);
+      CHECK(e.second <= 1e-13);
     }
 }
