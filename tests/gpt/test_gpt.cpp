@@ -96,76 +96,6 @@ nn::Masters make_masters(const nn::GptConfig& c, std::uint64_t seed) {
   return m;
 }
 
-/// The dense GPT from the same masters; dropout masks of step 0.
-ref::Gpt make_ref(const nn::GptConfig& c, const nn::Masters& m, std::uint64_t dropout_seed) {
-  const Index h = c.hidden, d = h / c.heads, g = c.groups ? c.groups : c.heads, f = c.ffn_size();
-  const bool center = c.norm == nn::NormKind::layer, glu = c.activation == nn::Activation::swiglu;
-  auto get = [&](const std::string& n, Index r, Index k) { return m.count(n) ? m.at(n) : M(M::Zero(r, k)); };
-  auto norm = [&](const std::string& n) { return ref::Norm{m.at(n + ".gamma"), get(n + ".beta", 1, h), center, c.eps}; };
-  ref::Gpt r;
-  r.emb = m.at("embedding");
-  for (Index l = 0; l < c.layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    ref::Block b;
-    b.ln1 = norm(p + "ln1");
-    b.attn = ref::Attn{m.at(p + "attn.wq"), get(p + "attn.bq", 1, c.heads * d), m.at(p + "attn.wk"),
-                       get(p + "attn.bk", 1, g * d),  m.at(p + "attn.wv"), get(p + "attn.bv", 1, g * d),
-                       m.at(p + "attn.wo"),           get(p + "attn.bo", 1, h), c.heads, g, c.seq};
-    b.ln2 = norm(p + "ln2");
-    b.mlp = ref::Mlp{m.at(p + "mlp.w1"), get(p + "mlp.b1", 1, f), glu ? m.at(p + "mlp.w_up") : M(),
-                     glu ? get(p + "mlp.b_up", 1, f) : M(), m.at(p + "mlp.w2"), get(p + "mlp.b2", 1, h),
-                     glu ? ref::Act::swiglu : ref::Act::gelu_tanh};
-    b.p = c.dropout;
-    b.seed = dropout_seed;
-    b.drop_attn = nn::tensor_id(static_cast<std::uint32_t>(l), nn::TensorKind::dropout_attn);
-    b.drop_mlp = nn::tensor_id(static_cast<std::uint32_t>(l), nn::TensorKind::dropout_mlp);
-    b.attn.p = c.attn_dropout;
-    b.attn.seed = dropout_seed;
-    b.attn.tensor = nn::tensor_id(static_cast<std::uint32_t>(l), nn::attn_probs_dropout_kind);
-    r.blocks.push_back(b);
-  }
-  r.final_norm = norm("final_norm");
-  r.p_emb = c.dropout;
-  r.seed = dropout_seed;
-  r.drop_emb = nn::tensor_id(0, nn::embedding_dropout_kind);
-  return r;
-}
-
-/// The dense gradients under the model's logical names.
-nn::Masters ref_grads(const nn::GptConfig& c, const ref::GptGrads& g) {
-  const bool center = c.norm == nn::NormKind::layer, glu = c.activation == nn::Activation::swiglu;
-  nn::Masters m;
-  m["embedding"] = g.demb;
-  auto norm = [&](const std::string& n, const ref::NormGrads& ng) {
-    m[n + ".gamma"] = ng.dgamma;
-    if (center) m[n + ".beta"] = ng.dbeta;
-  };
-  for (Index l = 0; l < c.layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    const auto& b = g.blocks[static_cast<std::size_t>(l)];
-    norm(p + "ln1", b.ln1);
-    norm(p + "ln2", b.ln2);
-    m[p + "attn.wq"] = b.attn.dwq;
-    m[p + "attn.wk"] = b.attn.dwk;
-    m[p + "attn.wv"] = b.attn.dwv;
-    m[p + "attn.wo"] = b.attn.dwo;
-    m[p + "mlp.w1"] = b.mlp.dw1;
-    m[p + "mlp.w2"] = b.mlp.dw2;
-    if (glu) m[p + "mlp.w_up"] = b.mlp.dwu;
-    if (c.bias) {
-      m[p + "attn.bq"] = b.attn.dbq;
-      m[p + "attn.bk"] = b.attn.dbk;
-      m[p + "attn.bv"] = b.attn.dbv;
-      m[p + "attn.bo"] = b.attn.dbo;
-      m[p + "mlp.b1"] = b.mlp.db1;
-      m[p + "mlp.b2"] = b.mlp.db2;
-      if (glu) m[p + "mlp.b_up"] = b.mlp.dbu;
-    }
-  }
-  norm("final_norm", g.fn);
-  return m;
-}
-
 Ids small_tokens(const nn::GptConfig& c, std::uint64_t seed, bool with_ignored) {
   std::mt19937_64 gen(seed);
   std::uniform_int_distribution<std::int64_t> d(0, c.vocab - 1);
@@ -212,9 +142,9 @@ TEST_CASE_TEMPLATE("GPT equals the dense GPT: loss and every gradient, TP 1-4, w
           o.weights = model.masters();
           return o;
         });
-        const auto r = make_ref(c, masters, out[0].seed);
+        const auto r = dense_gpt(c, masters, out[0].seed);
         const auto ro = ref::gpt_forward(r, x, y, c.label_smoothing, c.ignore_index);
-        const auto rg = ref_grads(c, ref::gpt_backward(r, x, ro));
+        const auto rg = gt::dense_grads(c, ref::gpt_backward(r, x, ro));
         const std::string tag = std::string(variant == 1   ? "rms.swiglu.gqa2.smooth"
                                             : variant == 2 ? "ln.gelu.bias.dropout.attn_dropout"
                                                            : "ln.gelu.bias.dropout") +

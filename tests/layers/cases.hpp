@@ -262,40 +262,28 @@ void add_attn_grads(Checks& cs, const std::string& tag, const typename nn::Atten
   }
 }
 
+/// Attention against its dense twin: z, dx and the weight gradients. With `prob` > 0, attention
+/// dropout (nn/attention.hpp) at that probability, on other weights and inputs: the sharded layer
+/// keys its mask by global head and sequence, the dense twin by the whole tensor's (b, h, i, j):
+/// equal at every TP.
 template <class T, class B = CpuBackend>
-Checks case_attention(const Group& g, Index groups) {
+Checks case_attention(const Group& g, Index groups, double prob = 0) {
   Checks cs;
-  const std::string tag = "attn.g" + std::to_string(groups);
-  const auto ra = make_ref_attn(groups, 50, true, [](Index r, Index c, std::uint64_t s, double sc) { return rnd<T>(r, c, s, sc); });
-  const M x = rnd<T>(kTokens, kHidden, 61), dz = rnd<T>(kTokens, kHidden, 62);
-  const nn::AttentionConfig cfg{kHidden, kHeads, groups, kSeq, true};
-  const auto attn = nn::Attention<T, B>::from_dense(cfg, masters_of(ra), g);
-  const auto f = attn.forward(shard_as<Replicated, T, B>(x, g));
-  const auto ro = ref::attn_forward(ra, x);
-  add(cs, tag + ".z", f.z, ro.z);
-  const auto gr = attn.backward(f.cache, shard_as<Replicated, T, B>(dz, g));
-  const auto rg = ref::attn_backward(ra, x, ro, dz);
-  add(cs, tag + ".dx", gr.dx, rg.dx);
-  add_attn_grads<T, B>(cs, tag, gr.params, rg, groups, g.size(), true);
-  return cs;
-}
-
-/// Attention dropout (nn/attention.hpp) at probability `prob`: the sharded layer keys its mask by
-/// global head and sequence, the dense twin by the whole tensor's (b, h, i, j): equal at every TP.
-template <class T, class B = CpuBackend>
-Checks case_attention_dropout(const Group& g, Index groups, double prob) {
-  Checks cs;
-  const std::string tag = "attn_dropout.g" + std::to_string(groups);
-  auto ra = make_ref_attn(groups, 150, true, [](Index r, Index c, std::uint64_t s, double sc) { return rnd<T>(r, c, s, sc); });
-  const std::uint64_t seed = 0xA77D, layer = 5;
-  ra.p = prob;
-  ra.seed = seed;
-  ra.tensor = nn::tensor_id(layer, nn::attn_probs_dropout_kind);
-  const M x = rnd<T>(kTokens, kHidden, 161), dz = rnd<T>(kTokens, kHidden, 162);
+  const bool drop = prob > 0;
+  const std::uint64_t s0 = drop ? 100 : 0;
+  const std::string tag = (drop ? "attn_dropout.g" : "attn.g") + std::to_string(groups);
+  auto ra = make_ref_attn(groups, 50 + s0, true, [](Index r, Index c, std::uint64_t s, double sc) { return rnd<T>(r, c, s, sc); });
+  const M x = rnd<T>(kTokens, kHidden, 61 + s0), dz = rnd<T>(kTokens, kHidden, 62 + s0);
   nn::AttentionConfig cfg{kHidden, kHeads, groups, kSeq, true};
-  cfg.dropout = prob;
-  cfg.dropout_seed = seed;
-  cfg.layer = layer;
+  if (drop) {
+    const std::uint64_t seed = 0xA77D, layer = 5;
+    ra.p = prob;
+    ra.seed = seed;
+    ra.tensor = nn::tensor_id(layer, nn::attn_probs_dropout_kind);
+    cfg.dropout = prob;
+    cfg.dropout_seed = seed;
+    cfg.layer = layer;
+  }
   const auto attn = nn::Attention<T, B>::from_dense(cfg, masters_of(ra), g);
   const auto f = attn.forward(shard_as<Replicated, T, B>(x, g));
   const auto ro = ref::attn_forward(ra, x);

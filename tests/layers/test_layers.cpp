@@ -220,7 +220,7 @@ TEST_CASE_TEMPLATE("attention dropout: the sharded layer and block equal the den
   for (int p : kWorlds)
     for (Index groups : valid_groups(p)) {
       CAPTURE(groups);
-      expect_all<T>(p, [&](const Group& g) { return case_attention_dropout<T>(g, groups, 0.25); });
+      expect_all<T>(p, [&](const Group& g) { return case_attention<T>(g, groups, 0.25); });
     }
   for (int p : kWorlds)
     for (auto bc : block_cases(p)) {

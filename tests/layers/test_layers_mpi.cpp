@@ -54,7 +54,7 @@ TEST_CASE("MPI: ledger of one block: 2 all-reduces of T·h forward, 2 backward, 
 
 TEST_CASE_TEMPLATE("MPI: attention dropout (layer and block) equals the dense twins", T, float, double) {
   const Group g = world();
-  for (Index groups : valid_groups(g.size())) expect<T>(case_attention_dropout<T>(g, groups, 0.25));
+  for (Index groups : valid_groups(g.size())) expect<T>(case_attention<T>(g, groups, 0.25));
   for (auto bc : block_cases(g.size())) {
     bc.attn_dropout = 0.2;
     expect<T>(case_block<T>(g, bc));

@@ -16,6 +16,7 @@
 #include "shardalg/nn/pipeline_gpt.hpp"
 #include "shardalg/pipeline/executor.hpp"
 #include "shardalg/reference/dense.hpp"
+#include "../gpt/gpt_cases.hpp"
 
 namespace pcases {
 
@@ -107,60 +108,6 @@ inline nn::Masters masters(const nn::GptConfig& c, std::uint64_t seed) {
   return m;
 }
 
-/// The dense model of the same masters (reference/dense.hpp), attention for sequences of `seq`.
-inline ref::Gpt dense_model(const nn::GptConfig& c, const nn::Masters& m, Index seq, std::uint64_t dropout_seed) {
-  auto norm = [&](const std::string& n) { return ref::Norm{m.at(n + ".gamma"), m.at(n + ".beta"), true, c.eps}; };
-  ref::Gpt r;
-  r.emb = m.at("embedding");
-  for (Index l = 0; l < c.layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    ref::Block b;
-    b.ln1 = norm(p + "ln1");
-    b.attn.wq = m.at(p + "attn.wq"), b.attn.bq = m.at(p + "attn.bq");
-    b.attn.wk = m.at(p + "attn.wk"), b.attn.bk = m.at(p + "attn.bk");
-    b.attn.wv = m.at(p + "attn.wv"), b.attn.bv = m.at(p + "attn.bv");
-    b.attn.wo = m.at(p + "attn.wo"), b.attn.bo = m.at(p + "attn.bo");
-    b.attn.heads = c.heads, b.attn.groups = c.heads, b.attn.seq = seq;
-    b.ln2 = norm(p + "ln2");
-    b.mlp = ref::Mlp{m.at(p + "mlp.w1"), m.at(p + "mlp.b1"), M(), M(), m.at(p + "mlp.w2"), m.at(p + "mlp.b2"),
-                     ref::Act::gelu_tanh};
-    b.p = c.dropout;
-    b.seed = dropout_seed;
-    b.drop_attn = nn::tensor_id(static_cast<std::uint32_t>(l), nn::TensorKind::dropout_attn);
-    b.drop_mlp = nn::tensor_id(static_cast<std::uint32_t>(l), nn::TensorKind::dropout_mlp);
-    r.blocks.push_back(b);
-  }
-  r.final_norm = norm("final_norm");
-  r.p_emb = c.dropout;
-  r.seed = dropout_seed;
-  r.drop_emb = nn::tensor_id(0, nn::embedding_dropout_kind);
-  return r;
-}
-
-/// The dense gradients under Gpt's names.
-inline nn::Masters dense_grads(const nn::GptConfig& c, const ref::GptGrads& g, double w = 1.0) {
-  nn::Masters m;
-  m["embedding"] = w * g.demb;
-  auto norm = [&](const std::string& n, const ref::NormGrads& x) {
-    m[n + ".gamma"] = w * x.dgamma;
-    m[n + ".beta"] = w * x.dbeta;
-  };
-  for (Index l = 0; l < c.layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    const auto& b = g.blocks[static_cast<std::size_t>(l)];
-    norm(p + "ln1", b.ln1);
-    norm(p + "ln2", b.ln2);
-    m[p + "attn.wq"] = w * b.attn.dwq, m[p + "attn.wk"] = w * b.attn.dwk, m[p + "attn.wv"] = w * b.attn.dwv;
-    m[p + "attn.wo"] = w * b.attn.dwo;
-    m[p + "attn.bq"] = w * b.attn.dbq, m[p + "attn.bk"] = w * b.attn.dbk, m[p + "attn.bv"] = w * b.attn.dbv;
-    m[p + "attn.bo"] = w * b.attn.dbo;
-    m[p + "mlp.w1"] = w * b.mlp.dw1, m[p + "mlp.b1"] = w * b.mlp.db1;
-    m[p + "mlp.w2"] = w * b.mlp.dw2, m[p + "mlp.b2"] = w * b.mlp.db2;
-  }
-  norm("final_norm", g.fn);
-  return m;
-}
-
 /// The global batch: replica d's micro-batch j has seq_of(s, d, j) tokens (one sequence); its
 /// tokens come after those of every (d', j') before it in (d, j) order.
 struct Batch {
@@ -200,21 +147,21 @@ struct Dense {
 inline Dense dense(const Setup& s, const nn::GptConfig& c, const nn::Masters& m, const Batch& b, std::uint64_t seed0) {
   Dense out;
   if (!s.varlen) {
-    const auto g = dense_model(c, m, kSeq, seed0);
+    const auto g = gt::dense_gpt(c, m, seed0, kSeq);
     const auto o = ref::gpt_forward(g, b.tokens, b.targets, 0.0, c.ignore_index);
     out.loss = o.mean;
-    out.grads = dense_grads(c, ref::gpt_backward(g, b.tokens, o));
+    out.grads = gt::dense_grads(c, ref::gpt_backward(g, b.tokens, o));
     return out;
   }
   // Variable lengths: one pass per micro-batch (its own attention length), weighted by its share
   // of the counted targets; no dropout.
   for (const auto& rep : b.replicas)
     for (const auto& mb : rep) {
-      const auto g = dense_model(c, m, mb.seq, seed0);
+      const auto g = gt::dense_gpt(c, m, seed0, mb.seq);
       const auto o = ref::gpt_forward(g, mb.tokens, mb.targets, 0.0, c.ignore_index);
       const double w = static_cast<double>(o.count) / static_cast<double>(b.counted);
       out.loss += w * o.mean;
-      const auto gr = dense_grads(c, ref::gpt_backward(g, mb.tokens, o), w);
+      const auto gr = gt::dense_grads(c, ref::gpt_backward(g, mb.tokens, o), w);
       for (const auto& [name, x] : gr) {
         auto it = out.grads.find(name);
         if (it == out.grads.end()) out.grads.emplace(name, x);

@@ -214,13 +214,13 @@ TEST_CASE("loss scaling: per token is the whole batch's mean; per micro-batch th
   // Per micro-batch, independently: the dense model on each micro-batch alone.
   double mean_of_means = 0;
   nn::Masters avg;
-  const auto g = pc::dense_model(c, m, pc::kSeq, 0);
+  const auto g = gt::dense_gpt(c, m, 0, pc::kSeq);
   for (const auto& rep : b.replicas)
     for (const auto& mb : rep) {
       const auto o = ref::gpt_forward(g, mb.tokens, mb.targets, 0.0, c.ignore_index);
       const double w = 1.0 / (s.m * s.dp);
       mean_of_means += w * o.mean;
-      for (const auto& [name, x] : pc::dense_grads(c, ref::gpt_backward(g, mb.tokens, o), w)) {
+      for (const auto& [name, x] : gt::dense_grads(c, ref::gpt_backward(g, mb.tokens, o), w)) {
         auto it = avg.find(name);
         if (it == avg.end()) avg.emplace(name, x);
         else it->second += x;

@@ -366,12 +366,7 @@ class SimComm {
     check_peer(peer, "recv peer");
     const std::size_t bytes = n * size_of(t);
     auto [staged, got] = w_->take(peer, rank_);
-    std::unique_ptr<void, void (*)(void*)> hold(staged, Ops::release);
-    if (got != bytes)
-      throw CommError(shardalg::detail::cat("SimComm: rank ", rank_, " expected ", bytes, " bytes from rank ", peer,
-                                            ", got ", got));
-    ops_->copy(buf, staged, bytes);
-    ops_->fence();
+    deliver(staged, got, buf, bytes, peer);
   }
   /// The send is staged (buffered): complete at once.
   [[nodiscard]] Request isend(const void* buf, std::size_t n, DType t, int peer) {
