@@ -132,7 +132,7 @@ struct FingerprintRecord {
  private:
   static void put(char* dst, std::size_t cap, std::string_view s) {
     const std::size_t k = std::min(cap - 1, s.size());
-    std::memcpy(dst, s.data(), k);
+    if (k != 0) std::memcpy(dst, s.data(), k);  // an empty string_view's data() may be null
     std::memset(dst + k, 0, cap - k);
   }
 };

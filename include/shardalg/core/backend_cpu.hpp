@@ -173,12 +173,16 @@ struct CpuBackend {
       ColSumOrder<T>::sum(x.data(), x.rows(), x.cols(), x.cols(), s.data());
       return s;
     } else {
+      // Of an empty block, zeros: Eigen's partial reduction of a matrix with no data offsets a
+      // null pointer (undefined behaviour; UBSan reports it).
+      if (x.size() == 0) return matrix<T>::Zero(1, x.cols());
       return x.colwise().sum();
     }
   }
-  /// [I, 1]: Σ over columns.
+  /// [I, 1]: Σ over columns (zeros of an empty block, as col_sum).
   template <class T>
   static matrix<T> row_sum(const matrix<T>& x) {
+    if (x.size() == 0) return matrix<T>::Zero(x.rows(), 1);
     return x.rowwise().sum();
   }
   /// x + 1·b for a row vector b[1, K].
