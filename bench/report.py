@@ -153,7 +153,7 @@ def main():
             for w in ("before", "after")}
     rate = mlp["BM_gemm_rate"]["GFLOP/s"] / 1e9  # per core, both cores busy (measured on both ranks)
     mlp_flops = 12.0 * 2048 * 1024 * 4096
-    blk_flops = 3.0 * (24.0 * 2048 * 1024 ** 2 + 4.0 * 2048 * 512 * 1024)
+    blk_flops = 3.0 * (24.0 * 2048 * 1024 ** 2 + 2.0 * 2048 * (512 + 1) * 1024)  # attention: the causal triangle
     mlp_floor = mlp_flops / 2 / (rate * 1e9) * 1e3
     blk_floor = blk_flops / 2 / (rate * 1e9) * 1e3
     t_torch = {k: sorted(v)[len(v) // 2] for k, v in torch.items() if k in ("mlp", "block")} if torch else {}
@@ -161,12 +161,14 @@ def main():
     L.append("m = 2048 tokens, h = 1024, ffn = 4h, GeLU-tanh, biases; block: pre-LN, 16 heads, sequences of 512. "
              "TP=2 runs one rank per process (MPI) or per thread (ThreadComm), one core each; TP=1 runs one rank "
              "alone. The floor is the per-rank GEMM FLOPs at the measured single-core sgemm rate with both cores "
-             f"busy ({rate:.1f} GFLOP/s). Load average (1, 5, 15 min) before the run: {' '.join(load['before'])}; "
+             f"busy ({rate:.1f} GFLOP/s); the block's attention GEMMs are counted over the causal triangle (the "
+             "s(s + 1)/2 query–key pairs a head needs), since shardalg and the strong baseline both skip the masked "
+             f"query tiles. Load average (1, 5, 15 min) before the run: {' '.join(load['before'])}; "
              f"after: {' '.join(load['after'])}.\n")
     L.append("Baselines, all in the same binary as shardalg (bench/mlp/baseline.hpp) except PyTorch: **strong** is "
              "what a performance engineer writes by hand (buffers allocated once, cblas, in-place MPI_Allreduce, "
              "bias + GeLU in one pass, dGeLU × dA with the bias gradient's column sum in one pass, per-row LayerNorm "
-             "and softmax, Eigen array expressions); **naive** is the hand-written MLP this table used before "
+             "and softmax, Eigen array expressions, attention in query tiles of 64 that skip the masked ones); **naive** is the hand-written MLP this table used before "
              "(scalar GeLU through a function pointer, separate passes), kept to show what those choices cost; "
              "**PyTorch** is Debian's python3-torch running the same MLP and block as Megatron writes them (f/g "
              "autograd functions, gloo, one process and one thread per rank; bench/torch_tp.py). Every row of "

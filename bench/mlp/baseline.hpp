@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 
 namespace bench {
@@ -128,8 +129,11 @@ struct StrongNorm {
   }
 };
 
-/// Causal multi-head attention, tensor-parallel by heads (P ranks), with biases.
+/// Causal multi-head attention, tensor-parallel by heads (P ranks), with biases. The queries go
+/// in tiles of kTile rows and the tiles right of the diagonal (all masked) are skipped, forward
+/// and backward — as shardalg's kernel does (nn/kernels.hpp), so the two do the same GEMM work.
 struct StrongAttention {
+  static constexpr int kTile = 64;
   Eigen::Index m, h, heads, d, seq;  // heads: local
   Mf wqkv, wo, qkv, o, probs, dqkv, do_, dwqkv, dwo, dp, dx, z;
   Rf bqkv, bo, dbqkv, dbo;
@@ -154,15 +158,18 @@ struct StrongAttention {
         float* k = col(qkv, b * seq, (heads + hd) * d);
         float* v = col(qkv, b * seq, (2 * heads + hd) * d);
         float* p = probs.data() + ((b * heads + hd) * seq) * seq;
-        gemm(q, ld(), false, k, ld(), true, p, S, S, S, D, scale);  // S = QKᵀ/√d
-        for (Eigen::Index i = 0; i < seq; ++i) {                    // causal softmax, row by row
-          Eigen::Map<Rf> row(p + i * seq, seq);
-          auto live = row.head(i + 1).array();
-          live = (live - live.maxCoeff()).exp();
-          live /= live.sum();
-          row.tail(seq - i - 1).setZero();
+        for (int i0 = 0; i0 < S; i0 += kTile) {  // query tiles: tile [i0, i1) meets the keys [0, i1) only
+          const int i1 = std::min(i0 + kTile, S), r = i1 - i0;
+          gemm(q + i0 * ld(), ld(), false, k, ld(), true, p + i0 * S, S, r, i1, D, scale);  // S = QKᵀ/√d
+          for (int i = i0; i < i1; ++i) {  // causal softmax, row by row
+            Eigen::Map<Rf> row(p + i * seq, seq);
+            auto live = row.head(i + 1).array();
+            live = (live - live.maxCoeff()).exp();
+            live /= live.sum();
+            row.tail(seq - i - 1).setZero();
+          }
+          gemm(p + i0 * S, S, false, v, ld(), false, col(o, b * seq + i0, hd * d), static_cast<int>(o.cols()), r, D, i1);  // O = PV
         }
-        gemm(p, S, false, v, ld(), false, col(o, b * seq, hd * d), static_cast<int>(o.cols()), S, D, S);  // O = PV
       }
     gemm(o, false, wo, false, z);
     allreduce(z);
@@ -182,16 +189,24 @@ struct StrongAttention {
         const float* p = probs.data() + ((b * heads + hd) * seq) * seq;
         float* dO = col(do_, b * seq, hd * d);
         const int ldo = static_cast<int>(do_.cols());
-        gemm(p, S, true, dO, ldo, false, col(dqkv, b * seq, (2 * heads + hd) * d), ld(), S, D, S);  // dV = PᵀdO
-        gemm(dO, ldo, false, v, ld(), true, dp.data(), S, S, S, D);                                 // dP = dO Vᵀ
-        for (Eigen::Index i = 0; i < seq; ++i) {  // dS = P ⊙ (dP − rowdot), in place
-          Eigen::Map<const Rf> pr(p + i * seq, seq);
-          auto dr = dp.row(i);
-          const float dot = dr.dot(pr);
-          dr.array() = pr.array() * (dr.array() - dot);
+        for (int i0 = 0; i0 < S; i0 += kTile) {  // query tiles: dP, dS, dQ on the keys [0, i1)
+          const int i1 = std::min(i0 + kTile, S), r = i1 - i0;
+          gemm(dO + i0 * ldo, ldo, false, v, ld(), true, dp.data() + i0 * S, S, r, i1, D);  // dP = dO Vᵀ
+          for (int i = i0; i < i1; ++i) {  // dS = P ⊙ (dP − rowdot), in place
+            Eigen::Map<const Rf> pr(p + i * seq, i1);
+            auto dr = dp.row(i).head(i1);
+            const float dot = dr.dot(pr);
+            dr.array() = pr.array() * (dr.array() - dot);
+          }
+          gemm(dp.data() + i0 * S, S, false, k, ld(), false, col(dqkv, b * seq + i0, hd * d), ld(), r, D, i1, scale);  // dQ
         }
-        gemm(dp.data(), S, false, k, ld(), false, col(dqkv, b * seq, hd * d), ld(), S, D, S, scale);  // dQ
-        gemm(dp.data(), S, true, q, ld(), false, col(dqkv, b * seq, (heads + hd) * d), ld(), S, D, S, scale);  // dK
+        for (int k0 = 0; k0 < S; k0 += kTile) {  // key tiles: the queries i ≥ k0 reach them
+          const int kr = std::min(kTile, S - k0), rows = S - k0;
+          gemm(dp.data() + k0 * S + k0, S, true, q + k0 * ld(), ld(), false, col(dqkv, b * seq + k0, (heads + hd) * d), ld(),
+               kr, D, rows, scale);  // dK = dSᵀQ/√d
+          gemm(p + k0 * S + k0, S, true, dO + k0 * ldo, ldo, false, col(dqkv, b * seq + k0, (2 * heads + hd) * d), ld(), kr,
+               D, rows);  // dV = PᵀdO
+        }
       }
     add_rows(dqkv, dbqkv);
     gemm(x, true, dqkv, false, dwqkv);

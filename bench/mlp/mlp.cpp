@@ -216,8 +216,10 @@ nn::TransformerBlock<float> make_block(const Group& g) {
   c.ffn = kFfn;
   return nn::TransformerBlock<float>::init(c, g, nn::InitConfig{});
 }
-double block_flops() {  // 24·T·h² + 4·T·s·h forward (2 per multiply-add), backward 2×
-  return 3.0 * (24.0 * kTokens * kHidden * kHidden + 4.0 * kTokens * kSeq * kHidden);
+// 24·T·h² + 2·T·(s + 1)·h forward (2 per multiply-add; QKᵀ and P·V over the causal triangle, the
+// s(s + 1)/2 query–key pairs a causal head needs), backward 2×
+double block_flops() {
+  return 3.0 * (24.0 * kTokens * kHidden * kHidden + 2.0 * kTokens * (kSeq + 1) * kHidden);
 }
 template <class X>
 void block_step(const nn::TransformerBlock<float>& b, const X& x) {

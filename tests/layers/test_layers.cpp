@@ -210,6 +210,69 @@ TEST_CASE_TEMPLATE("causal self-attention (MHA and GQA) equals the dense attenti
     }
 }
 
+namespace {
+/// ‖a − r‖ / ‖r‖ (Frobenius).
+double rel_error(const M& a, const M& r) { return (a - r).norm() / std::max(r.norm(), 1e-300); }
+}  // namespace
+
+// The CPU attention kernel runs the queries in tiles of Kernels::attn_tile rows and skips the
+// masked tiles; the layer cases above have 6-token sequences (one tile). Here sequences of one
+// partial tile, exactly one, one plus a row, and several with a partial last tile, against a
+// per-(sequence, head) dense reference written from the formulas, in double.
+TEST_CASE_TEMPLATE("causal attention kernel across query tiles equals the per-head dense reference", T, float, double) {
+  using K = nn::Kernels<CpuBackend>;
+  const Index tile = K::attn_tile;
+  for (const Index seq : {Index(5), tile, tile + 1, 2 * tile + 22})
+    for (const double prob : {0.0, 0.3}) {
+      CAPTURE(seq);
+      CAPTURE(prob);
+      const nn::AttnShape s{2, seq, 2, 2, 8};  // 2 sequences, 2 K/V groups of 2 query heads, d = 8
+      const nn::AttnDropout drop = prob > 0 ? nn::AttnDropout{prob, 7, 11, 8, 2, 1} : nn::AttnDropout{};
+      const Index d = s.head_dim, uw = s.unit_width(), n = seq;
+      const M qkv = rnd<T>(s.batch * n, s.units * uw, 301, 2.0), dout = rnd<T>(s.batch * n, s.out_width(), 302);
+      // reference
+      M o = M::Zero(s.batch * n, s.out_width()), dqkv = M::Zero(qkv.rows(), qkv.cols()), probs(s.batch * 4 * n, n);
+      for (Index b = 0; b < s.batch; ++b)
+        for (Index u = 0; u < s.units; ++u)
+          for (Index j = 0; j < s.q_per_unit; ++j) {
+            const Index head = u * s.q_per_unit + j, qc = u * uw + j * d, kc = u * uw + 2 * d, vc = kc + d;
+            const M q = qkv.block(b * n, qc, n, d), k = qkv.block(b * n, kc, n, d), v = qkv.block(b * n, vc, n, d);
+            M p = M::Zero(n, n), f = M::Zero(n, n);
+            for (Index i = 0; i < n; ++i) {
+              double mx = -1e300, den = 0;
+              for (Index c = 0; c <= i; ++c) mx = std::max(mx, q.row(i).dot(k.row(c)) / std::sqrt(double(d)));
+              for (Index c = 0; c <= i; ++c) den += (p(i, c) = std::exp(q.row(i).dot(k.row(c)) / std::sqrt(double(d)) - mx));
+              for (Index c = 0; c <= i; ++c) {
+                p(i, c) /= den;
+                const Index grow = ((drop.batch0 + b) * drop.heads + drop.head0 + head) * n + i;
+                f(i, c) = prob == 0 ? 1.0 : nn::uniform_at(7, 11, grow, c) < prob ? 0.0 : 1.0 / (1.0 - prob);
+              }
+            }
+            probs.block(((b * s.units + u) * s.q_per_unit + j) * n, 0, n, n) = p;
+            const M pd = p.cwiseProduct(f), dO = dout.block(b * n, head * d, n, d);
+            o.block(b * n, head * d, n, d) = pd * v;
+            const M dp = (dO * v.transpose()).cwiseProduct(f);
+            M ds(n, n);
+            for (Index i = 0; i < n; ++i)
+              ds.row(i) = p.row(i).cwiseProduct((dp.row(i).array() - dp.row(i).dot(p.row(i))).matrix()) / std::sqrt(double(d));
+            dqkv.block(b * n, qc, n, d) += ds * k;
+            dqkv.block(b * n, kc, n, d) += ds.transpose() * q;
+            dqkv.block(b * n, vc, n, d) += pd.transpose() * dO;
+          }
+      const testing::Mat<T> qkv_t = qkv.cast<T>(), dout_t = dout.cast<T>();
+      const auto f = K::causal_attention(qkv_t, s, drop);
+      const auto g = K::causal_attention_grad(qkv_t, f.probs, dout_t, s, drop);
+      const M fo = f.out.template cast<double>(), fp = f.probs.template cast<double>(), gd = g.template cast<double>();
+      CHECK(rel_error(fo, o) < tol<T>);
+      CHECK(rel_error(fp, probs) < tol<T>);
+      CHECK(rel_error(gd, dqkv) < tol<T>);
+      bool upper_zero = true;  // right of the diagonal the probabilities are exactly 0
+      for (Index r = 0; r < fp.rows(); ++r)
+        for (Index c = r % n + 1; c < n; ++c) upper_zero = upper_zero && fp(r, c) == 0.0;
+      CHECK(upper_zero);
+    }
+}
+
 TEST_CASE_TEMPLATE("pre-LN transformer block equals the dense block", T, float, double) {
   for (int p : kWorlds)
     for (const auto& bc : block_cases(p)) expect_all<T>(p, [&](const Group& g) { return case_block<T>(g, bc); });

@@ -130,6 +130,42 @@ TEST_CASE("simd: the AVX2 path gives the scalar path's bits") {
   CHECK(both([](const float* i, float* o, std::int64_t k) { simd::gelu_tanh_grad(i, o, k); }));
   const std::vector<float> d(x.size(), 0.37f);
   CHECK(both([&](const float* i, float* o, std::int64_t k) { simd::gelu_grad_mul(i, d.data(), o, k); }));
+  // the softmax's exponentials and their eight-lane sum, on every length of tail, from a shift
+  // that puts the arguments where a softmax puts them (≤ 0) and on the raw bit patterns
+  for (std::int64_t len : {std::int64_t(1), std::int64_t(7), std::int64_t(8), std::int64_t(9), std::int64_t(15),
+                           std::int64_t(16), std::int64_t(17), std::int64_t(64), std::int64_t(1000), n - 3}) {
+    CAPTURE(len);
+    for (float shift : {0.0f, 3.5f}) {
+      std::vector<float> ys = x, yv = x;
+      for (std::int64_t i = 0; i < len; ++i) ys[i] = yv[i] = std::fmod(x[i], 60.0f);
+      simd::set_level(simd::Level::scalar);
+      const float ss = simd::exp_sum(ys.data(), 0.125f, shift, len);
+      simd::set_level(simd::Level::avx2);
+      const float sv = simd::exp_sum(yv.data(), 0.125f, shift, len);
+      CHECK(std::bit_cast<std::uint32_t>(ss) == std::bit_cast<std::uint32_t>(sv));
+      CHECK(std::memcmp(ys.data(), yv.data(), sizeof(float) * static_cast<std::size_t>(len)) == 0);
+    }
+  }
+}
+
+TEST_CASE("simd: exp_sum is e^(x·scale − shift) in place and their sum") {
+  on_each_isa([] {
+    for (std::int64_t len : {std::int64_t(1), std::int64_t(5), std::int64_t(8), std::int64_t(13), std::int64_t(100)}) {
+      std::vector<float> x(static_cast<std::size_t>(len));
+      for (std::int64_t i = 0; i < len; ++i) x[i] = static_cast<float>((i * 37) % 23) - 11.0f;
+      const std::vector<float> x0 = x;
+      const float sum = simd::exp_sum(x.data(), 0.5f, 2.0f, len);
+      double ref_sum = 0, worst = 0;
+      for (std::int64_t i = 0; i < len; ++i) {
+        const double e = std::exp(double(x0[i]) * 0.5 - 2.0);
+        ref_sum += x[i];
+        worst = std::max(worst, std::fabs(x[i] - e) / e);
+      }
+      CAPTURE(len);
+      CHECK(worst < 4e-7);                                   // each exponential within ~2 ulp
+      CHECK(std::fabs(sum - ref_sum) <= 1e-6 * ref_sum);     // the sum of the values written
+    }
+  });
 }
 
 TEST_CASE("simd: accuracy against double, and the distance from Eigen's tanh GeLU") {
@@ -222,6 +258,13 @@ TEST_CASE_TEMPLATE("fused norms: the unfused kernels' bits", T, float, double) {
       CHECK(same_bits<T>(gf.dx, gu.dx));
       CHECK(same_bits<T>(gf.dgamma, gu.dgamma));
       if (center) CHECK(same_bits<T>(gf.dbeta, gu.dbeta));
+      // with the residual cotangent added in the sweep: R + dX, the unfused add's bits
+      const Mat<T> res = random<T>(s[0], s[1], 1.0, 15);
+      const auto rf = nn::Fused<CpuBackend>::norm_backward(dy, f.xhat, gamma, f.rstd, center, center, &res);
+      const auto ru = nn::Fused<Unfused>::norm_backward(dy, u.xhat, gamma, u.rstd, center, center, &res);
+      CHECK(same_bits<T>(rf.dx, ru.dx));
+      CHECK(same_bits<T>(rf.dx, Mat<T>(res + gu.dx)));
+      CHECK(same_bits<T>(rf.dgamma, gu.dgamma));
     }
 }
 

@@ -89,35 +89,43 @@ struct CpuBackend {
   /// flags, leading dimensions: no copies, and C is not read when β = 0); otherwise Eigen's GEMM.
   template <class T>
   static void gemm(T alpha, MatView<T> a, MatView<T> b, T beta, matrix<T>& c) {
+    gemm(alpha, a, b, beta, c.data(), c.cols());
+  }
+  /// The same into a strided row-major block: C is [a.rows, b.cols] at c with leading dimension ldc.
+  template <class T>
+  static void gemm(T alpha, MatView<T> a, MatView<T> b, T beta, T* c, Index ldc) {
+    const Index m = a.rows, n = b.cols;
+    using Stride = Eigen::OuterStride<>;
+    Eigen::Map<matrix<T>, 0, Stride> C(c, m, n, Stride(std::max<Index>(ldc, 1)));
+    if (m == 0 || n == 0) return;
 #if defined(SHARDALG_HAVE_BLAS)
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      const auto m = static_cast<int>(c.rows()), n = static_cast<int>(c.cols()), k = static_cast<int>(a.cols);
-      if (m == 0 || n == 0) return;
+      const auto k = static_cast<int>(a.cols);
       if (k == 0) {
-        if (beta == T(0)) c.setZero();
-        else c *= beta;
+        if (beta == T(0)) C.setZero();
+        else C *= beta;
         return;
       }
       const auto ta = a.trans ? CblasTrans : CblasNoTrans, tb = b.trans ? CblasTrans : CblasNoTrans;
       const auto lda = static_cast<int>(std::max<Index>(1, a.ld)), ldb = static_cast<int>(std::max<Index>(1, b.ld));
+      const auto mi = static_cast<int>(m), ni = static_cast<int>(n), ldci = static_cast<int>(std::max<Index>(ldc, 1));
       if constexpr (std::is_same_v<T, float>)
-        cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a.data, lda, b.data, ldb, beta, c.data(), n);
+        cblas_sgemm(CblasRowMajor, ta, tb, mi, ni, k, alpha, a.data, lda, b.data, ldb, beta, c, ldci);
       else
-        cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a.data, lda, b.data, ldb, beta, c.data(), n);
+        cblas_dgemm(CblasRowMajor, ta, tb, mi, ni, k, alpha, a.data, lda, b.data, ldb, beta, c, ldci);
       return;
     }
 #endif
-    using Stride = Eigen::OuterStride<>;
     using Map = Eigen::Map<const matrix<T>, 0, Stride>;
-    const Map A(a.data, a.trans ? a.cols : a.rows, a.trans ? a.rows : a.cols, Stride(a.ld));
-    const Map B(b.data, b.trans ? b.cols : b.rows, b.trans ? b.rows : b.cols, Stride(b.ld));
-    if (beta == T(0)) c.setZero();
-    else if (beta != T(1)) c *= beta;
+    const Map A(a.data, a.trans ? a.cols : a.rows, a.trans ? a.rows : a.cols, Stride(std::max<Index>(a.ld, 1)));
+    const Map B(b.data, b.trans ? b.cols : b.rows, b.trans ? b.rows : b.cols, Stride(std::max<Index>(b.ld, 1)));
+    if (beta == T(0)) C.setZero();
+    else if (beta != T(1)) C *= beta;
     // Eigen dispatches each combination to its GEMM kernel with transpose flags: no copies.
-    if (!a.trans && !b.trans) c.noalias() += alpha * (A * B);
-    else if (a.trans && !b.trans) c.noalias() += alpha * (A.transpose() * B);
-    else if (!a.trans && b.trans) c.noalias() += alpha * (A * B.transpose());
-    else c.noalias() += alpha * (A.transpose() * B.transpose());
+    if (!a.trans && !b.trans) C.noalias() += alpha * (A * B);
+    else if (a.trans && !b.trans) C.noalias() += alpha * (A.transpose() * B);
+    else if (!a.trans && b.trans) C.noalias() += alpha * (A * B.transpose());
+    else C.noalias() += alpha * (A.transpose() * B.transpose());
   }
 
   /// [rows, P·w] → P blocks [rows, w] stacked: block s is columns [s·w, (s+1)·w).

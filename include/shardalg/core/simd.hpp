@@ -17,6 +17,9 @@
 //   gelu_tanh:  ½x(1 + tanh(u)) = x·σ(2u) = x / (1 + e^(−2u)), u = √(2/π)(x + 0.044715x³)
 //               (no cancellation at negative x, where 1 + tanh(u) loses the digits)
 //   gelu_tanh_grad:  d/dx = s + 2x·s(1 − s)·√(2/π)(1 + 3·0.044715x²), s = σ(2u)
+//   exp_sum:    x ← e^(x·scale − shift) (one fma) in place, returns Σ x in eight lanes (lane l adds the elements
+//               l, l + 8, …; then (l0 + l4, l1 + l5, l2 + l6, l3 + l7) → ((·0 + ·2), (·1 + ·3)) → one):
+//               the softmax's exponentials and their sum in one pass
 // Accuracy against double: tests/unit/test_fused.cpp measures it.
 #pragma once
 
@@ -92,6 +95,11 @@ inline float gelu_sigma(float x) {
   return 1.0f / (1.0f + exp(z));
 }
 inline float gelu_tanh(float x) { return x * gelu_sigma(x); }
+/// The fixed reduction of eight lane sums (the AVX2 path's horizontal add, in its order).
+inline float lanes_sum(const float* a) {
+  const float t0 = a[0] + a[4], t1 = a[1] + a[5], t2 = a[2] + a[6], t3 = a[3] + a[7];
+  return (t0 + t2) + (t1 + t3);
+}
 inline float gelu_tanh_grad(float x) {
   const float s = gelu_sigma(x);
   const float g = ((2.0f * kGeluK * x) * s) * (1.0f - s);
@@ -166,6 +174,26 @@ inline void store(float* p, V v, std::int64_t len) {
 inline void exp_n(const float* x, float* y, std::int64_t n) {
   each(n, [&](std::int64_t i, std::int64_t l) { store(y + i, exp(load(x + i, l)), l); });
 }
+inline float exp_sum_n(float* x, float scale, float shift, std::int64_t n) {
+  V acc = _mm256_setzero_ps();
+  const V sc = set(scale), sh = set(shift);
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const V e = exp(_mm256_fmsub_ps(_mm256_loadu_ps(x + i), sc, sh));
+    _mm256_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (i < n) {  // the tail: padding lanes add +0, as the scalar path adds nothing to them
+    alignas(32) float e[8];
+    _mm256_store_ps(e, exp(_mm256_fmsub_ps(load(x + i, n - i), sc, sh)));
+    for (std::int64_t l = n - i; l < 8; ++l) e[l] = 0.0f;
+    std::memcpy(x + i, e, static_cast<std::size_t>(n - i) * sizeof(float));
+    acc = _mm256_add_ps(acc, _mm256_load_ps(e));
+  }
+  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));  // l + (l + 4)
+  const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));                                        // (0 + 2), (1 + 3)
+  return _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
+}
 inline void gelu_n(const float* x, float* y, std::int64_t n) {
   each(n, [&](std::int64_t i, std::int64_t l) { store(y + i, gelu_tanh(load(x + i, l)), l); });
 }
@@ -203,6 +231,14 @@ inline void gelu_grad_mul_n(const float* h, const float* da, float* dh, std::int
 inline void exp(const float* x, float* y, std::int64_t n) {
   SHARDALG_SIMD_DISPATCH(exp_n(x, y, n));
   for (std::int64_t i = 0; i < n; ++i) y[i] = scalar::exp(x[i]);
+}
+/// x ← e^(x·scale − shift) (the argument one fma), n elements in place; returns their sum in the
+/// eight-lane order above.
+inline float exp_sum(float* x, float scale, float shift, std::int64_t n) {
+  SHARDALG_SIMD_DISPATCH(exp_sum_n(x, scale, shift, n));
+  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (std::int64_t i = 0; i < n; ++i) lanes[i % 8] += (x[i] = scalar::exp(std::fma(x[i], scale, -shift)));
+  return scalar::lanes_sum(lanes);
 }
 inline void gelu_tanh(const float* x, float* y, std::int64_t n) {
   SHARDALG_SIMD_DISPATCH(gelu_n(x, y, n));

@@ -213,15 +213,14 @@ class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B>
       auto s = detail::maybe_scope(dy.group(), "mlp");
       return mlp_.backward(c.mlp, drop_mlp_.backward(dy));
     }();
-    auto gl2 = ln2_.backward(c.ln2, gm.dx);
-    Input dy1 = dy + gl2.dx;
+    auto gl2 = ln2_.backward_add(c.ln2, gm.dx, dy);  // dY1 = dY + LN2′(dX_mlp), in LN2's sweep
+    Input dy1 = std::move(gl2.dx);
     auto ga = [&] {
       auto s = detail::maybe_scope(dy.group(), "attn");
       return attn_.backward(c.attn, drop_attn_.backward(dy1));
     }();
-    auto gl1 = ln1_.backward(c.ln1, ga.dx);
-    Input dx = dy1 + gl1.dx;
-    return {std::move(dx),
+    auto gl1 = ln1_.backward_add(c.ln1, ga.dx, dy1);  // dX = dY1 + LN1′(dX_attn)
+    return {std::move(gl1.dx),
             {std::move(gl1.params), std::move(ga.params), std::move(gl2.params), std::move(gm.params)}};
   }
 };

@@ -7,7 +7,8 @@
 //                                bias gradient Σ_rows dH in the same pass
 //   norm_forward(x, γ, β, eps)   per row: statistics and normalisation while the row is in L1
 //   norm_backward(dy, x̂, γ, rstd)  per row: the two sums and dX; dγ = Σ dY ⊙ x̂, dβ = Σ dY in the
-//                                same pass
+//                                same pass; given a residual cotangent R, dX := R + dX while the row is
+//                                in cache (the block's backward residual adds: dY1 = dY + LN2′(…))
 //   dropout_add(x, z, …)         X + dropout(Z) in one pass (the residual add after a sub-layer)
 //
 // `Fused<Backend>`: the primary template composes the backend's unfused operations (so a backend
@@ -77,11 +78,12 @@ struct Fused {
   };
   template <class T>
   static NormGrads<T> norm_backward(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd,
-                                    bool center, bool want_dbeta) {
+                                    bool center, bool want_dbeta, const M<T>* residual = nullptr) {
     const auto sums = Kernels<B>::norm_grad_sums(dy, xhat, gamma);
     NormGrads<T> g{Kernels<B>::norm_grad_apply(dy, xhat, gamma, rstd, sums, dy.cols(), center),
                    B::col_sum(B::zip(dy, xhat, fn::times{})), {}};
     if (want_dbeta) g.dbeta = B::col_sum(dy);
+    if (residual) g.dx = B::zip(*residual, g.dx, fn::plus{});  // R + dX
     return g;
   }
   /// x + dropout(z) (p = 0: x + z).
@@ -174,10 +176,10 @@ struct Fused<CpuBackend> {
     M<T> dx, dgamma, dbeta;
   };
   /// Kernels::norm_grad_sums and norm_grad_apply row by row; dγ = Σ dY ⊙ x̂ and dβ = Σ dY in the
-  /// same loop (ColSumOrder).
+  /// same loop (ColSumOrder); R + dX row by row when a residual R is given.
   template <class T>
   static NormGrads<T> norm_backward(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd,
-                                    bool center, bool want_dbeta) {
+                                    bool center, bool want_dbeta, const M<T>* residual = nullptr) {
     const Index rows = dy.rows(), n = dy.cols();
     NormGrads<T> g{M<T>(rows, n), M<T>::Zero(1, n), want_dbeta ? M<T>::Zero(1, n) : M<T>()};
     M<T> prod(4, n);
@@ -192,6 +194,7 @@ struct Fused<CpuBackend> {
         const T mg = center ? s0 / T(n) : T(0);
         const T mgx = s1 / T(n);
         g.dx.row(i) = ((dy.row(i).array() * gamma.row(0).array() - mg - xhat.row(i).array() * mgx) * rstd(i, 0)).matrix();
+        if (residual) g.dx.row(i) = residual->row(i) + g.dx.row(i);  // stored, then added: no contraction
         T* p = prod.data() + q * n;
         for (Index j = 0; j < n; ++j) p[j] = opaque(dy(i, j) * xhat(i, j));
         pr[q] = p;

@@ -113,18 +113,34 @@ class LayerNorm {
 
   template <class L>
   Grads<L> backward(const Cache<L>& c, const Sharded<T, L, B>& dy) const {
+    return backward_impl(c, dy, nullptr);
+  }
+  /// The residual branch's cotangent added in the same sweep: dX = residual + norm′(dY), the
+  /// bits of `residual + backward(c, dy).dx` (a pre-LN block's dY1 = dY + LN2′(dX_mlp)).
+  template <class L>
+  Grads<L> backward_add(const Cache<L>& c, const Sharded<T, L, B>& dy, const Sharded<T, L, B>& residual) const {
+    shardalg::detail::same_shape_group(dy, residual, "add");
+    return backward_impl(c, dy, &residual.local());
+  }
+
+ private:
+  template <class L>
+  Grads<L> backward_impl(const Cache<L>& c, const Sharded<T, L, B>& dy, const typename B::template matrix<T>* residual) const {
     const bool center = kind_ == NormKind::layer;
     // dX, dγ = col_sum(dY ⊙ x̂) and dβ = col_sum(dY) in one sweep (nn/fused.hpp); the layouts are
     // col_sum's (R → R, Row → Partial), checked as the unfused col_sum(hadamard(…)) checks them
     const Group& g = shardalg::detail::same_shape_group(dy, c.xhat, "hadamard");
-    auto e = explain_op(g, "norm_grad", dtype_of<T>, [&] { return shardalg::detail::cat(notation(dy), " → dX, Σ_i dY ⊙ x̂, Σ_i dY"); });
-    auto r = Fused<B>::norm_backward(dy.local(), c.xhat.local(), gamma_.local(), c.rstd, center, beta_.has_value());
+    auto e = explain_op(g, "norm_grad", dtype_of<T>, [&] {
+      return shardalg::detail::cat(notation(dy), residual ? " → residual + dX, Σ_i dY ⊙ x̂, Σ_i dY" : " → dX, Σ_i dY ⊙ x̂, Σ_i dY");
+    });
+    auto r = Fused<B>::norm_backward(dy.local(), c.xhat.local(), gamma_.local(), c.rstd, center, beta_.has_value(), residual);
     using GL = GradLayout<L>;
     ParamGrads<L> pg{Sharded<T, GL, B>(std::move(r.dgamma), 1, dy.cols(), g), std::nullopt};
     if (beta_) pg.dbeta.emplace(std::move(r.dbeta), 1, dy.cols(), dy.group());
     return {Sharded<T, L, B>(std::move(r.dx), dy.rows(), dy.cols(), dy.group()), std::move(pg)};
   }
 
+ public:
   /// Needs replicated gradients: from X[Row] all_reduce them first (E130 otherwise).
   template <class L>
   void sgd(const ParamGrads<L>& g, T lr) {

@@ -108,16 +108,15 @@ class SequenceParallelBlock : public detail::BlockParts<SequenceParallelBlock<T,
       auto g = mlp_.backward_partial(c.mlp, adjoint::reduce_scatter(drop_mlp_.backward(dy)));  // all_gather T·h
       return std::pair{adjoint::all_gather<RowSharded>(g.dx), std::move(g.params)};         // reduce_scatter T·h
     }();
-    auto gl2 = ln2_.backward(c.ln2, gm.first);
-    Input dy1 = dy + gl2.dx;
+    auto gl2 = ln2_.backward_add(c.ln2, gm.first, dy);  // dY1 = dY + LN2′(…), one sweep
+    Input dy1 = std::move(gl2.dx);
     auto ga = [&] {
       auto s = detail::maybe_scope(dy.group(), "attn");
       auto g = attn_.backward_partial(c.attn, adjoint::reduce_scatter(drop_attn_.backward(dy1)));
       return std::pair{adjoint::all_gather<RowSharded>(g.dx), std::move(g.params)};
     }();
-    auto gl1 = ln1_.backward(c.ln1, ga.first);
-    Input dx = dy1 + gl1.dx;
-    return {std::move(dx),
+    auto gl1 = ln1_.backward_add(c.ln1, ga.first, dy1);  // dX = dY1 + LN1′(…)
+    return {std::move(gl1.dx),
             {std::move(gl1.params), std::move(ga.second), std::move(gl2.params), std::move(gm.second)}};
   }
 

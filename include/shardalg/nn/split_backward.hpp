@@ -157,9 +157,9 @@ BlockInputGrads<Block> backward_input(const Block& blk, const typename Block::Ca
     if constexpr (sp) return adjoint::all_gather<RowSharded>(dx);  // reduce_scatter T·h
     else return adjoint::copy_to(std::move(dx));                   // all_reduce T·h
   }();
-  auto gl2 = blk.ln2().backward(c.ln2, gm);
+  auto gl2 = blk.ln2().backward_add(c.ln2, gm, dy);  // dY1 = dY + LN2′(…), one sweep
   w.ln2 = std::move(gl2.params);
-  In dy1 = dy + gl2.dx;
+  In dy1 = std::move(gl2.dx);
   auto ga = [&] {
     auto s = detail::maybe_scope(dy.group(), "attn");
     if constexpr (sp) w.dz1 = adjoint::reduce_scatter(drop.attn.backward(dy1));
@@ -172,10 +172,9 @@ BlockInputGrads<Block> backward_input(const Block& blk, const typename Block::Ca
     if constexpr (sp) return adjoint::all_gather<RowSharded>(dx);
     else return adjoint::copy_to(std::move(dx));
   }();
-  auto gl1 = blk.ln1().backward(c.ln1, ga);
+  auto gl1 = blk.ln1().backward_add(c.ln1, ga, dy1);  // dX = dY1 + LN1′(…)
   w.ln1 = std::move(gl1.params);
-  In dx = dy1 + gl1.dx;
-  return {std::move(dx), std::move(w)};
+  return {std::move(gl1.dx), std::move(w)};
 }
 
 /// W: the block's parameter gradients from the forward cache and what B kept (the norms' from B).
