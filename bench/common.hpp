@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -77,13 +78,20 @@ void paired(benchmark::State& st, Ours&& ours, Base&& base) {
   st.counters["vs_base"] = t_base > 0 ? t_ours / t_base : 0;
 }
 
-/// A barrier that waits without spinning (Open MPI's MPI_Barrier busy-polls a core).
+/// A barrier that waits without spinning (Open MPI's MPI_Barrier busy-polls a core), and without
+/// waking often: the sleep doubles from 0.2 ms to 20 ms. An idle process shares a core with a
+/// working rank (the thread ranks of process 0 run on both cores), and waking every 0.2 ms cost
+/// that rank several percent. Its latency (up to 20 ms) is never inside a timed region.
 inline void idle_barrier() {
   MPI_Request req;
   MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  auto nap = std::chrono::microseconds(200);
   for (int done = 0; !done;) {
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (!done) {
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(20000));
+    }
   }
 }
 
