@@ -211,22 +211,56 @@ def main():
     hw = ms("BM_strong_mlp_tp2")
     blk2 = ms("BM_shardalg_block_tp2")
     goals = []  # issue 18
+    # interleaved rounds (bench/run): per-round ratios of adjacent measurements, their median
+    rounds = []
+    for rel in sorted(res.glob("round_*_release.json")):
+        nat = rel.with_name(rel.name.replace("_release", "_native"))
+        if nat.exists():
+            rounds.append((medians(rel)[0], medians(nat)[0]))
+
+    def per_round(f):
+        """(median, min, max) of f(release, native) over the rounds, or None without rounds."""
+        v = sorted(f(a, b) for a, b in rounds)
+        return (v[len(v) // 2], v[0], v[-1]) if v else None
+
+    def fmt(r, d=3):
+        return f"{r[0]:.{d}f} (rounds {r[1]:.{d}f}–{r[2]:.{d}f})"
+
     for what, floor in (("mlp", mlp_floor), ("block", blk_floor)):
         name = "MLP" if what == "mlp" else "block"
         sh = ms(f"BM_shardalg_{what}_tp2")
         r = mlp[f"BM_shardalg_{what}_tp2_vs_strong"]["vs_base"]
         goals.append((f"{name} TP=2 MPI / strong hand-written (paired)", f"{r:.3f}", "≤ 1.00", r <= 1.0))
-        best = min([ms(f"BM_strong_{what}_tp2")] + ([native[f"BM_strong_{what}_tp2"]["ms"]] if f"BM_strong_{what}_tp2" in native else []))
-        goals.append((f"{name} TP=2 MPI / the faster strong build (Release or native)", f"{sh / best:.3f}", "≤ 1.00", sh / best <= 1.0))
+        k2, ks, kt, k1 = (f"BM_shardalg_{what}_tp2", f"BM_strong_{what}_tp2", f"BM_shardalg_{what}_threads_tp2",
+                          f"BM_shardalg_{what}_tp1")
+        rr = per_round(lambda a, b: a[k2]["ms"] / min(a[ks]["ms"], b[ks]["ms"]))
+        if rr:
+            goals.append((f"{name} TP=2 MPI / the faster strong build (Release or native), interleaved", fmt(rr), "≤ 1.00",
+                          rr[0] <= 1.0))
+        else:
+            best = min([ms(ks)] + ([native[ks]["ms"]] if ks in native else []))
+            goals.append((f"{name} TP=2 MPI / the faster strong build (Release or native)", f"{sh / best:.3f}", "≤ 1.00",
+                          sh / best <= 1.0))
         if t_torch.get(what):
             v = sh / t_torch[what]
             goals.append((f"{name} TP=2 MPI / PyTorch", f"{v:.3f}", "≤ 0.95", v <= 0.95))
         goals.append((f"{name} TP=2 MPI: GEMM floor / time", f"{floor / sh:.2f}", "≥ 0.95", floor / sh >= 0.95))
-        th = ms(f"BM_shardalg_{what}_threads_tp2")
-        goals.append((f"{name} ThreadComm TP=2 / MpiComm TP=2", f"{th / sh:.3f}", "≤ 1.03", th / sh <= 1.03))
-        sp = ms(f"BM_shardalg_{what}_tp1") / sh
-        goals.append((f"{name} speedup TP=1 / TP=2 (MPI)", f"{sp:.2f}", "≥ 1.95", sp >= 1.95))
-    if "BM_shardalg_mlp_tp2" in native:
+        rr = per_round(lambda a, b: a[kt]["ms"] / a[k2]["ms"])
+        th = ms(kt)
+        if rr:
+            goals.append((f"{name} ThreadComm TP=2 / MpiComm TP=2, interleaved", fmt(rr), "≤ 1.03", rr[0] <= 1.03))
+        else:
+            goals.append((f"{name} ThreadComm TP=2 / MpiComm TP=2", f"{th / sh:.3f}", "≤ 1.03", th / sh <= 1.03))
+        rr = per_round(lambda a, b: a[k1]["ms"] / a[k2]["ms"])
+        if rr:
+            goals.append((f"{name} speedup TP=1 / TP=2 (MPI), interleaved", fmt(rr, 2), "≥ 1.95", rr[0] >= 1.95))
+        else:
+            sp = ms(k1) / sh
+            goals.append((f"{name} speedup TP=1 / TP=2 (MPI)", f"{sp:.2f}", "≥ 1.95", sp >= 1.95))
+    rr = per_round(lambda a, b: a["BM_shardalg_mlp_tp2"]["ms"] / b["BM_shardalg_mlp_tp2"]["ms"])
+    if rr:
+        goals.append(("MLP TP=2 MPI: Release build / -march=native build, interleaved", fmt(rr), "≤ 1.02", rr[0] <= 1.02))
+    elif "BM_shardalg_mlp_tp2" in native:
         v = t2 / native["BM_shardalg_mlp_tp2"]["ms"]
         goals.append(("MLP TP=2 MPI: Release build / -march=native build", f"{v:.3f}", "≤ 1.02", v <= 1.02))
     rows.append(("MLP TP=2 shardalg / strong hand-written", f"{t2 / hw:.3f}", "≤ 1.00", t2 / hw <= 1.0))
@@ -256,13 +290,18 @@ def main():
 
     L.append("## Summary against the goals of issue 18 (CPU speed against strong baselines)\n")
     try:
-        loaded = max(float(load["before"][0]), float(load["after"][0])) > 0.5 or noisy
+        loaded = float(load["before"][0]) > 0.5 or noisy  # the load after includes the run's own two ranks
     except ValueError:
         loaded = noisy
     if loaded:
         L.append(f"**Taken on a loaded machine** (load average {load['before'][0]} before the run, {load['after'][0]} "
                  f"after; the two-core sanity check {contention:.2f}×): other work shared the two cores, so every "
                  "figure here is pessimistic and noisy, the paired ratios least so.\n")
+    if rounds:
+        L.append(f"Ratios marked *interleaved* are the median over {len(rounds)} rounds of bench/run's last step "
+                 "(each round runs every side once, adjacent in time: the Release binary's MPI, threads and TP=1 "
+                 "steps, then the -march=native binary's), with the rounds' range; one long run per side drifts with "
+                 "a shared host's speed by more than these goals' margins. The other ratios are from the main run.\n")
     L.append("Where the time goes for the goals missed: docs/design.md §14 (per-rank CPU-time profile).\n")
     L.append("| figure | measured | goal | met |")
     L.append("|---|---|---|---|")
