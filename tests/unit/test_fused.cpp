@@ -130,14 +130,15 @@ TEST_CASE("simd: the AVX2 path gives the scalar path's bits") {
   CHECK(both([](const float* i, float* o, std::int64_t k) { simd::gelu_tanh_grad(i, o, k); }));
   const std::vector<float> d(x.size(), 0.37f);
   CHECK(both([&](const float* i, float* o, std::int64_t k) { simd::gelu_grad_mul(i, d.data(), o, k); }));
-  // the softmax's exponentials and their eight-lane sum, on every length of tail, from a shift
-  // that puts the arguments where a softmax puts them (≤ 0) and on the raw bit patterns
-  for (std::int64_t len : {std::int64_t(1), std::int64_t(7), std::int64_t(8), std::int64_t(9), std::int64_t(15),
-                           std::int64_t(16), std::int64_t(17), std::int64_t(64), std::int64_t(1000), n - 3}) {
+  // the softmax's exponentials and their eight-lane sum: every tail length, scores of varied size
+  // (a softmax row's), from a shift that puts the arguments where a softmax puts them (≤ 0) and not
+  std::vector<float> scores(5000);
+  for (std::size_t i = 0; i < scores.size(); ++i)
+    scores[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i)) * 30.0 + std::cos(0.013 * static_cast<double>(i)) * 9.0);
+  for (std::int64_t len = 1; len <= 5000; len += (len < 40 ? 1 : 517)) {
     CAPTURE(len);
-    for (float shift : {0.0f, 3.5f}) {
-      std::vector<float> ys = x, yv = x;
-      for (std::int64_t i = 0; i < len; ++i) ys[i] = yv[i] = std::fmod(x[i], 60.0f);
+    for (float shift : {0.0f, 4.5f}) {
+      std::vector<float> ys = scores, yv = scores;
       simd::set_level(simd::Level::scalar);
       const float ss = simd::exp_sum(ys.data(), 0.125f, shift, len);
       simd::set_level(simd::Level::avx2);
