@@ -476,6 +476,14 @@ TEST_CASE("bad input: typed errors with exact text") {
   };
   CHECK_THROWS_WITH_AS(on(6, [&](const Group& g) { nn::TransformerBlock<double>::init(block_cfg(), g, {}); }),
                        "Attention: 32 heads are not divisible by tensor-parallel size 6", DivisibilityError);
+  // The residual cotangent of a fused norm backward must have the cotangent's shape.
+  CHECK_THROWS_WITH_AS(on(2, [](const Group& g) {
+                         const auto ln = nn::LayerNorm<double>::init(8, nn::NormKind::rms, g);
+                         const auto f = ln.forward(shard<Replicated>(testing::random_real<double>(4, 8, 1), g));
+                         (void)ln.backward_add(f.cache, shard<Replicated>(testing::random_real<double>(4, 8, 2), g),
+                                               shard<Replicated>(testing::random_real<double>(5, 8, 3), g));
+                       }),
+                       "RMSNorm.backward_add: shapes differ: 4x8 and 5x8", ShapeError);
   // Shapes that do not chain.
   CHECK_THROWS_WITH_AS(on(2, [](const Group& g) {
                          const auto l = nn::ColumnParallelLinear<double>::init(8, 8, true, g, {1, 0.02}, 1);

@@ -119,7 +119,7 @@ class LayerNorm {
   /// bits of `residual + backward(c, dy).dx` (a pre-LN block's dY1 = dY + LN2′(dX_mlp)).
   template <class L>
   Grads<L> backward_add(const Cache<L>& c, const Sharded<T, L, B>& dy, const Sharded<T, L, B>& residual) const {
-    shardalg::detail::same_shape_group(dy, residual, "add");
+    shardalg::detail::same_shape_group(dy, residual, shardalg::detail::cat(norm_name(kind_), ".backward_add"));
     return backward_impl(c, dy, &residual.local());
   }
 
