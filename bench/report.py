@@ -200,10 +200,17 @@ def main():
             row(f"shardalg {flops_key}, TP=2, MPI (-march=native)", tn, floor, None, tn / tt if tt else None)
         th = ms(f"BM_shardalg_{what}_threads_tp2")
         row(f"shardalg {flops_key}, TP=2, threads (Release)", th, floor, None, th / tt if tt else None, tp1 / th)
+        if what == "block" and "BM_shardalg_block_sp_tp2" in mlp:
+            sp = ms("BM_shardalg_block_sp_tp2")
+            row("shardalg block, TP=2 + sequence parallelism, MPI (Release)", sp, floor, None, sp / tt if tt else None,
+                tp1 / sp)
         for key, label in ((f"BM_shardalg_{what}_tp2", "MPI"), (f"BM_shardalg_{what}_threads_tp2", "threads")):
             if key in dmalloc:
                 row(f"shardalg {flops_key}, TP=2, {label}, default allocator", dmalloc[key]["ms"], floor)
         row(f"shardalg {flops_key}, TP=1", tp1, floor * 2)
+        if f"BM_shardalg_{what}_tp1_both_busy" in mlp:
+            row(f"shardalg {flops_key}, TP=1 on each core at once (both busy)", ms(f"BM_shardalg_{what}_tp1_both_busy"),
+                floor * 2)
     if not torch:
         L.append(f"\nPyTorch: not measured ({torch_skip or 'no result'}).")
     L.append("")
@@ -257,6 +264,16 @@ def main():
         else:
             sp = ms(k1) / sh
             goals.append((f"{name} speedup TP=1 / TP=2 (MPI)", f"{sp:.2f}", "≥ 1.95", sp >= 1.95))
+        kb, ksp = f"BM_shardalg_{what}_tp1_both_busy", "BM_shardalg_block_sp_tp2"
+        if what == "block":
+            rr = per_round(lambda a, b: a[k1]["ms"] / a[ksp]["ms"] if ksp in a else float("nan"))
+            if rr and rr[0] == rr[0]:
+                goals.append(("block speedup TP=1 / TP=2 with sequence parallelism (MPI), interleaved", fmt(rr, 2),
+                              "≥ 1.95", rr[0] >= 1.95))
+        rr = per_round(lambda a, b: 2 * a[k1]["ms"] / a[kb]["ms"] if kb in a else float("nan"))
+        if rr and rr[0] == rr[0]:
+            goals.append((f"{name}: the machine's cap on TP=1 / TP=2 (2 × TP=1 alone / TP=1 with both cores busy), "
+                          "interleaved", fmt(rr, 2), "(context)", True))
     rr = per_round(lambda a, b: a["BM_shardalg_mlp_tp2"]["ms"] / b["BM_shardalg_mlp_tp2"]["ms"])
     if rr:
         goals.append(("MLP TP=2 MPI: Release build / -march=native build, interleaved", fmt(rr), "≤ 1.02", rr[0] <= 1.02))
@@ -306,7 +323,7 @@ def main():
     L.append("| figure | measured | goal | met |")
     L.append("|---|---|---|---|")
     for f, v, g, ok in goals:
-        L.append(f"| {f} | {v} | {g} | {verdict(ok)} |")
+        L.append(f"| {f} | {v} | {g} | {'—' if g == '(context)' else verdict(ok)} |")
     L.append("")
     L.append("## Summary against the goals of issue 6\n")
     L.append("| figure | measured | goal | met |")

@@ -11,6 +11,9 @@
 //   BM_shardalg_mlp_tp1        nn::Mlp on one rank (process 0 alone; process 1 idles)
 //   BM_shardalg_mlp_threads_tp2  nn::Mlp over ThreadComm, 2 thread ranks in process 0
 //   BM_shardalg_block_{tp1,tp2,threads_tp2}   nn::TransformerBlock likewise
+//   BM_shardalg_block_sp_tp2  nn::SequenceParallelBlock over MpiComm, TP=2 (norms and residual on T/P tokens)
+//   BM_shardalg_{mlp,block}_tp1_both_busy     TP=1 on each process at once: the machine's own loss
+//                                             when both cores work (the cap on TP=1 / TP=2)
 //   BM_shardalg_{mlp,block}_tp2_overlap       TP=2 over MPI with Overlap::on: f's backward all-reduce
 //                                             started before the weight-gradient GEMM (async dgrad)
 //   BM_shardalg_mlp_tp2_auto                  Overlap::automatic, after its calibration calls
@@ -280,6 +283,42 @@ void BM_shardalg_block_threads_tp2(benchmark::State& st) {
   flops(st, block_flops());
 }
 
+// The block under sequence parallelism (nn/sp_block.hpp): X[Row], the norms, dropout and residual
+// adds on T/P tokens per rank, all_gather in and reduce_scatter out of each parallel region; the
+// step includes reduce_grads (the norm weights' Partial gradients, one all_reduce of 2h each).
+void BM_shardalg_block_sp_tp2(benchmark::State& st) {
+  Group g = MpiComm(MPI_COMM_WORLD);
+  nn::BlockConfig c;
+  c.hidden = kHidden, c.heads = kHeads, c.seq = kSeq, c.ffn = kFfn;
+  const auto b = nn::SequenceParallelBlock<float>::init(c, g, nn::InitConfig{});
+  auto x = shard<RowSharded>(M(M::Random(kTokens, kHidden)), g);
+  timed(st, [&] {
+    auto f = b.forward(x);
+    auto gr = b.reduce_grads(b.backward(f.cache, f.y).params);
+    benchmark::DoNotOptimize(gr.ln1.dgamma.local().data());
+  });
+  flops(st, block_flops());
+}
+
+// TP=1 on both cores at once: each process runs its own one-rank step (no communication), the
+// time is the slower one's. Against BM_*_tp1 (the other core idle) it measures what the machine
+// itself loses when both cores work (shared caches, memory bandwidth, clocks): the most a TP=2
+// step on two busy cores could gain over TP=1 is 2 × tp1 / tp1_both_busy.
+void BM_shardalg_mlp_tp1_both_busy(benchmark::State& st) {
+  Group g = SelfComm{};
+  auto mlp = make_mlp(g);
+  auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
+  timed(st, [&] { mlp_step(mlp, x); });
+  flops(st, mlp_flops());
+}
+void BM_shardalg_block_tp1_both_busy(benchmark::State& st) {
+  Group g = SelfComm{};
+  auto b = make_block(g);
+  auto x = shard<Replicated>(M(M::Random(kTokens, kHidden)), g);
+  timed(st, [&] { block_step(b, x); });
+  flops(st, block_flops());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -310,5 +349,8 @@ int main(int argc, char** argv) {
   manual(benchmark::RegisterBenchmark("BM_shardalg_block_tp1", BM_shardalg_block_tp1));
   benchmark::RegisterBenchmark("BM_shardalg_block_threads_tp2", BM_shardalg_block_threads_tp2)
       ->Iterations(3)->UseRealTime()->Unit(benchmark::kMillisecond);
+  manual(benchmark::RegisterBenchmark("BM_shardalg_block_sp_tp2", BM_shardalg_block_sp_tp2));
+  manual(benchmark::RegisterBenchmark("BM_shardalg_mlp_tp1_both_busy", BM_shardalg_mlp_tp1_both_busy));
+  manual(benchmark::RegisterBenchmark("BM_shardalg_block_tp1_both_busy", BM_shardalg_block_tp1_both_busy));
   bench::run_and_finalize();
 }

@@ -241,6 +241,7 @@ TEST_CASE_TEMPLATE("fused bias + activation and its backward: the unfused path's
 }
 
 TEST_CASE_TEMPLATE("fused norms: the unfused kernels' bits", T, float, double) {
+  on_each_isa([] {
   for (bool center : {true, false})
     for (const auto& s : shapes) {
       CAPTURE(center);
@@ -267,6 +268,7 @@ TEST_CASE_TEMPLATE("fused norms: the unfused kernels' bits", T, float, double) {
       CHECK(same_bits<T>(rf.dx, Mat<T>(res + gu.dx)));
       CHECK(same_bits<T>(rf.dgamma, gu.dgamma));
     }
+  });
 }
 
 TEST_CASE_TEMPLATE("fused dropout + residual add: the unfused path's bits", T, float, double) {

@@ -19,7 +19,8 @@
 //     rounds before an add are rounded here too: simd::scalar::opaque), float GeLU/SwiGLU through
 //     core/simd.hpp, the same functions `map` uses; other types through the same functors;
 //   * column sums: added in the order of the core's col_sum (core/col_sum_order.hpp: Eigen's);
-//   * norms: the per-row expressions of Kernels<CpuBackend>'s norm kernels, in one loop.
+//   * norms: Kernels<CpuBackend>'s row functions (row_stats, norm_row, grad_row_sums, grad_row;
+//     float through core/simd_rows.hpp), in one loop.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 
 #include "shardalg/core/backend_cpu.hpp"
 #include "shardalg/core/simd.hpp"
+#include "shardalg/core/simd_rows.hpp"
 #include "shardalg/nn/activation.hpp"
 #include "shardalg/nn/kernels.hpp"
 #include "shardalg/nn/random.hpp"
@@ -99,6 +101,7 @@ template <>
 struct Fused<CpuBackend> {
   template <class T>
   using M = CpuBackend::matrix<T>;
+  using K = Kernels<CpuBackend>;  // the norms' row kernels, shared with the unfused path
 
   template <class T>
   static M<T> bias_act(M<T>& y, const M<T>* b, Activation act) {
@@ -160,13 +163,10 @@ struct Fused<CpuBackend> {
     const Index n = x.cols();
     NormOut<T> o{M<T>(x.rows(), n), M<T>(x.rows(), n), M<T>(x.rows(), 1)};
     for (Index i = 0; i < x.rows(); ++i) {
-      const T mean = center ? x.row(i).sum() / T(n) : T(0);
-      const T var = (x.row(i).array() - mean).square().sum() / T(n);
+      const auto [mean, var] = K::row_stats(x.data() + i * n, n, center);
       const T rstd = T(1) / std::sqrt(var + eps);
       o.rstd(i, 0) = rstd;
-      o.xhat.row(i) = (x.row(i).array() - mean) * rstd;
-      o.y.row(i) = o.xhat.row(i).cwiseProduct(gamma.row(0));
-      if (beta) o.y.row(i) += beta->row(0);
+      K::norm_row(o, i, x, mean, rstd, gamma, beta);
     }
     return o;
   }
@@ -188,13 +188,16 @@ struct Fused<CpuBackend> {
       const T *pr[4], *dr[4];
       for (Index q = 0; q < k; ++q) {
         const Index i = i0 + q;
-        const auto gr = (dy.row(i).array() * gamma.row(0).array()).eval();
-        const T s0 = gr.sum();
-        const T s1 = (gr * xhat.row(i).array()).sum();
+        const auto [s0, s1] = K::grad_row_sums(dy, xhat, gamma, i);
         const T mg = center ? s0 / T(n) : T(0);
         const T mgx = s1 / T(n);
-        g.dx.row(i) = ((dy.row(i).array() * gamma.row(0).array() - mg - xhat.row(i).array() * mgx) * rstd(i, 0)).matrix();
-        if (residual) g.dx.row(i) = residual->row(i) + g.dx.row(i);  // stored, then added: no contraction
+        if constexpr (std::is_same_v<T, float>) {  // R + dX in the row's sweep, dX rounded first
+          simd::norm_grad_row(dy.data() + i * n, gamma.data(), xhat.data() + i * n, mg, mgx, rstd(i, 0),
+                              residual ? residual->data() + i * n : nullptr, g.dx.data() + i * n, n);
+        } else {
+          K::grad_row(g.dx, i, dy, xhat, gamma, mg, mgx, rstd(i, 0));
+          if (residual) g.dx.row(i) = residual->row(i) + g.dx.row(i);  // stored, then added: no contraction
+        }
         T* p = prod.data() + q * n;
         for (Index j = 0; j < n; ++j) p[j] = opaque(dy(i, j) * xhat(i, j));
         pr[q] = p;

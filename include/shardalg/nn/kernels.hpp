@@ -31,9 +31,11 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "shardalg/core/backend_cpu.hpp"
 #include "shardalg/core/simd.hpp"
+#include "shardalg/core/simd_rows.hpp"
 #include "shardalg/nn/random.hpp"
 
 namespace shardalg::nn {
@@ -94,17 +96,33 @@ struct Kernels<CpuBackend> {
 
   // ---- normalisation: center = true is LayerNorm, false is RMSNorm --------------------------
 
+  // float rows go through core/simd_rows.hpp (fixed-order sums, AVX2 or scalar with the same
+  // bits, whatever the build's flags); double through Eigen's expressions.
+
   /// [rows, 2] = (mean, variance) of each whole row, two passes; for RMSNorm (0, mean square).
   template <class T>
   static M<T> row_mean_var(const M<T>& x, bool center) {
     const Index n = x.cols();
     M<T> mv(x.rows(), 2);
     for (Index i = 0; i < x.rows(); ++i) {
-      const T mean = center ? x.row(i).sum() / T(n) : T(0);
+      const auto [mean, var] = row_stats(x.data() + i * n, n, center);
       mv(i, 0) = mean;
-      mv(i, 1) = (x.row(i).array() - mean).square().sum() / T(n);
+      mv(i, 1) = var;
     }
     return mv;
+  }
+
+  /// (mean, variance) of one whole row of n values: Σx/n, then Σ(x − mean)²/n; RMSNorm (0, Σx²/n).
+  template <class T>
+  static std::pair<T, T> row_stats(const T* x, Index n, bool center) {
+    if constexpr (std::is_same_v<T, float>) {
+      const float mean = center ? simd::sum(x, n) / float(n) : 0.0f;
+      return {mean, simd::sum_sq_dev(x, mean, n) / float(n)};
+    } else {
+      const Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> r(x, n);
+      const T mean = center ? r.sum() / T(n) : T(0);
+      return {mean, (r - mean).square().sum() / T(n)};
+    }
   }
 
   /// [rows, 2] = (Σ_k x_k, Σ_k x_k²) over this block's columns: a summand of the row's sums.
@@ -140,11 +158,23 @@ struct Kernels<CpuBackend> {
     for (Index i = 0; i < x.rows(); ++i) {
       const T rstd = T(1) / std::sqrt(mv(i, 1) + eps);
       o.rstd(i, 0) = rstd;
-      o.xhat.row(i) = (x.row(i).array() - mv(i, 0)) * rstd;
+      norm_row(o, i, x, mv(i, 0), rstd, gamma, beta);
+    }
+    return o;
+  }
+
+  /// Row i of norm_apply: x̂ = (x − mean)·rstd, y = x̂ ⊙ γ (+ β) (float: simd::norm_row, one fma).
+  template <class T>
+  static void norm_row(NormOut<T>& o, Index i, const M<T>& x, T mean, T rstd, const M<T>& gamma, const M<T>* beta) {
+    if constexpr (std::is_same_v<T, float>) {
+      const Index n = x.cols();
+      simd::norm_row(x.data() + i * n, mean, rstd, gamma.data(), beta ? beta->data() : nullptr, o.xhat.data() + i * n,
+                     o.y.data() + i * n, n);
+    } else {
+      o.xhat.row(i) = (x.row(i).array() - mean) * rstd;
       o.y.row(i) = o.xhat.row(i).cwiseProduct(gamma.row(0));
       if (beta) o.y.row(i) += beta->row(0);
     }
-    return o;
   }
 
   /// [rows, 2] = (Σ_k g_k, Σ_k g_k·x̂_k) over this block's columns, g = dy ⊙ γ.
@@ -152,11 +182,25 @@ struct Kernels<CpuBackend> {
   static M<T> norm_grad_sums(const M<T>& dy, const M<T>& xhat, const M<T>& gamma) {
     M<T> s(dy.rows(), 2);
     for (Index i = 0; i < dy.rows(); ++i) {
-      const auto g = (dy.row(i).array() * gamma.row(0).array()).eval();
-      s(i, 0) = g.sum();
-      s(i, 1) = (g * xhat.row(i).array()).sum();
+      const auto [s0, s1] = grad_row_sums(dy, xhat, gamma, i);
+      s(i, 0) = s0;
+      s(i, 1) = s1;
     }
     return s;
+  }
+
+  /// Row i of norm_grad_sums: (Σ g, Σ g·x̂), g = dy ⊙ γ.
+  template <class T>
+  static std::pair<T, T> grad_row_sums(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, Index i) {
+    const Index n = dy.cols();
+    if constexpr (std::is_same_v<T, float>) {
+      float s0, s1;
+      simd::norm_grad_sums(dy.data() + i * n, gamma.data(), xhat.data() + i * n, n, s0, s1);
+      return {s0, s1};
+    } else {
+      const auto g = (dy.row(i).array() * gamma.row(0).array()).eval();
+      return {g.sum(), (g * xhat.row(i).array()).sum()};
+    }
   }
 
   /// dx = rstd·(g − Σg/n − x̂·Σ(g·x̂)/n) for LayerNorm; RMSNorm drops the Σg/n term.
@@ -167,9 +211,21 @@ struct Kernels<CpuBackend> {
     for (Index i = 0; i < dy.rows(); ++i) {
       const T mg = center ? sums(i, 0) / T(n) : T(0);
       const T mgx = sums(i, 1) / T(n);
-      dx.row(i) = ((dy.row(i).array() * gamma.row(0).array() - mg - xhat.row(i).array() * mgx) * rstd(i, 0)).matrix();
+      grad_row(dx, i, dy, xhat, gamma, mg, mgx, rstd(i, 0));
     }
     return dx;
+  }
+
+  /// Row i of norm_grad_apply, given mg = Σg/n (0 for RMSNorm) and mgx = Σg·x̂/n.
+  template <class T>
+  static void grad_row(M<T>& dx, Index i, const M<T>& dy, const M<T>& xhat, const M<T>& gamma, T mg, T mgx, T rstd) {
+    if constexpr (std::is_same_v<T, float>) {
+      const Index n = dy.cols();
+      simd::norm_grad_row(dy.data() + i * n, gamma.data(), xhat.data() + i * n, mg, mgx, rstd, nullptr,
+                          dx.data() + i * n, n);
+    } else {
+      dx.row(i) = ((dy.row(i).array() * gamma.row(0).array() - mg - xhat.row(i).array() * mgx) * rstd).matrix();
+    }
   }
 
   // ---- SwiGLU: a [rows, 2w] block [gate | up] → silu(gate) ⊙ up, [rows, w] --------------------
@@ -308,7 +364,9 @@ struct Kernels<CpuBackend> {
             for (Index i = i0; i < i1; ++i) {  // dS/√d = P ⊙ (dP − dP·P)/√d on the keys 0..i; 0 right of them
               Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>> dr(ds.data() + i * n, i1);
               const Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> pr(p + i * n, i1);
-              const T dot = (dr.head(i + 1) * pr.head(i + 1)).sum();
+              T dot;
+              if constexpr (std::is_same_v<T, float>) dot = simd::dot(dr.data(), pr.data(), i + 1);  // fixed order
+              else dot = (dr.head(i + 1) * pr.head(i + 1)).sum();
               dr = pr * (dr - dot) * scale;
             }
             CpuBackend::gemm(T(1), MatView<T>{dst, r, i1, n, false}, k.slice_rows(0, i1), T(0),
