@@ -11,7 +11,11 @@
 #include <cstring>
 #include <shardalg/nn/nn.hpp>
 
+#include "simd_paths.hpp"
+
 using namespace shardalg;
+using testing::IsaGuard;
+using testing::on_each_isa;
 
 namespace {
 
@@ -40,22 +44,6 @@ template <class T>
 Mat<T> random(Index r, Index c, double scale, unsigned seed) {
   std::srand(seed);
   return (Mat<T>::Random(r, c) * static_cast<T>(scale)).eval();
-}
-
-struct IsaGuard {
-  simd::Level saved = simd::level();
-  ~IsaGuard() { simd::set_level(saved); }
-};
-/// Run `body` on the scalar path and, where the CPU has it, the AVX2 path.
-template <class F>
-void on_each_isa(F body) {
-  IsaGuard g;
-  for (auto l : {simd::Level::scalar, simd::Level::avx2}) {
-    simd::set_level(l);
-    if (simd::level() != l) continue;
-    CAPTURE(simd::level_name());
-    body();
-  }
 }
 
 /// Eigen's own column sums, the reference. Of 0 rows they are zeros, written out: Eigen's partial

@@ -13,9 +13,13 @@
 #include <cstdint>
 #include <cstring>
 #include <shardalg/nn/nn.hpp>
+
+#include "simd_paths.hpp"
 #include <vector>
 
 using namespace shardalg;
+using testing::IsaGuard;
+using testing::on_each_isa;
 
 namespace {
 
@@ -64,20 +68,6 @@ std::vector<float> mixed(std::size_t n, unsigned seed) {
   return x;
 }
 
-struct IsaGuard {
-  simd::Level saved = simd::level();
-  ~IsaGuard() { simd::set_level(saved); }
-};
-template <class F>
-void on_each_isa(F body) {
-  IsaGuard g;
-  for (auto l : {simd::Level::scalar, simd::Level::avx2}) {
-    simd::set_level(l);
-    if (simd::level() != l) continue;
-    CAPTURE(simd::level_name());
-    body();
-  }
-}
 
 std::vector<std::int64_t> lengths() {
   std::vector<std::int64_t> n;

@@ -108,13 +108,25 @@ inline float gelu_tanh_grad(float x) {
 }  // namespace scalar
 
 #if defined(SHARDALG_SIMD_X86)
-// ---- the AVX2 + FMA path: the same operations eight at a time ---------------------------------
+// Functions defined between these two compile for AVX2 + FMA whatever the command line targets
+// (core/simd_rows.hpp uses them too); SHARDALG_SIMD_DISPATCH(f(…)) returns avx2::f(…) when
+// level() is avx2.
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#define SHARDALG_SIMD_AVX2_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx2,fma\"))), apply_to = function)")
+#define SHARDALG_SIMD_AVX2_END _Pragma("clang attribute pop")
 #else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#define SHARDALG_SIMD_AVX2_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma\")")
+#define SHARDALG_SIMD_AVX2_END _Pragma("GCC pop_options")
 #endif
+#define SHARDALG_SIMD_DISPATCH(call) \
+  if (level() == Level::avx2) return avx2::call
+#else
+#define SHARDALG_SIMD_DISPATCH(call)
+#endif
+
+#if defined(SHARDALG_SIMD_X86)
+// ---- the AVX2 + FMA path: the same operations eight at a time ---------------------------------
+SHARDALG_SIMD_AVX2_BEGIN
 namespace avx2 {
 using V = __m256;
 inline V set(float v) { return _mm256_set1_ps(v); }
@@ -213,20 +225,10 @@ inline void gelu_grad_mul_n(const float* h, const float* da, float* dh, std::int
   });
 }
 }  // namespace avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+SHARDALG_SIMD_AVX2_END
 #endif  // SHARDALG_SIMD_X86
 
 // ---- dispatch ------------------------------------------------------------------------------
-#if defined(SHARDALG_SIMD_X86)
-#define SHARDALG_SIMD_DISPATCH(call) \
-  if (level() == Level::avx2) return avx2::call
-#else
-#define SHARDALG_SIMD_DISPATCH(call)
-#endif
 
 inline void exp(const float* x, float* y, std::int64_t n) {
   SHARDALG_SIMD_DISPATCH(exp_n(x, y, n));
@@ -261,6 +263,5 @@ inline void gelu_grad_mul(const float* h, const float* da, float* dh, std::int64
   SHARDALG_SIMD_DISPATCH(gelu_grad_mul_n(h, da, dh, n));
   for (std::int64_t i = 0; i < n; ++i) dh[i] = scalar::opaque(da[i] * scalar::gelu_tanh_grad(h[i]));
 }
-#undef SHARDALG_SIMD_DISPATCH
 
 }  // namespace shardalg::simd

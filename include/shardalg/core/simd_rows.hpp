@@ -84,12 +84,7 @@ inline void norm_grad_row(const float* dy, const float* gamma, const float* xhat
 
 #if defined(SHARDALG_SIMD_X86)
 // ---- the AVX2 + FMA path ---------------------------------------------------------------------
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+SHARDALG_SIMD_AVX2_BEGIN
 namespace avx2 {
 /// Lanes [0, len) all ones, the rest zero.
 inline V lanes_below(std::int64_t len) {
@@ -155,46 +150,37 @@ inline void norm_grad_row_n(const float* dy, const float* gamma, const float* xh
   });
 }
 }  // namespace avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-#define SHARDALG_SIMD_ROWS_DISPATCH(call) \
-  if (level() == Level::avx2) return avx2::call
-#else
-#define SHARDALG_SIMD_ROWS_DISPATCH(call)
+SHARDALG_SIMD_AVX2_END
 #endif  // SHARDALG_SIMD_X86
 
 // ---- dispatch ------------------------------------------------------------------------------
 inline float sum(const float* x, std::int64_t n) {
-  SHARDALG_SIMD_ROWS_DISPATCH(sum_n(x, n));
+  SHARDALG_SIMD_DISPATCH(sum_n(x, n));
   return scalar::sum(x, n);
 }
 inline float sum_sq_dev(const float* x, float m, std::int64_t n) {
-  SHARDALG_SIMD_ROWS_DISPATCH(sum_sq_dev_n(x, m, n));
+  SHARDALG_SIMD_DISPATCH(sum_sq_dev_n(x, m, n));
   return scalar::sum_sq_dev(x, m, n);
 }
 inline float dot(const float* a, const float* b, std::int64_t n) {
-  SHARDALG_SIMD_ROWS_DISPATCH(dot_n(a, b, n));
+  SHARDALG_SIMD_DISPATCH(dot_n(a, b, n));
   return scalar::dot(a, b, n);
 }
 inline void norm_grad_sums(const float* dy, const float* gamma, const float* xhat, std::int64_t n, float& s0, float& s1) {
-  SHARDALG_SIMD_ROWS_DISPATCH(norm_grad_sums_n(dy, gamma, xhat, n, s0, s1));
+  SHARDALG_SIMD_DISPATCH(norm_grad_sums_n(dy, gamma, xhat, n, s0, s1));
   scalar::norm_grad_sums(dy, gamma, xhat, n, s0, s1);
 }
 /// beta may be null (RMSNorm, or a LayerNorm without bias); xhat and y: n elements each.
 inline void norm_row(const float* x, float m, float rstd, const float* gamma, const float* beta, float* xhat, float* y,
                      std::int64_t n) {
-  SHARDALG_SIMD_ROWS_DISPATCH(norm_row_n(x, m, rstd, gamma, beta, xhat, y, n));
+  SHARDALG_SIMD_DISPATCH(norm_row_n(x, m, rstd, gamma, beta, xhat, y, n));
   scalar::norm_row(x, m, rstd, gamma, beta, xhat, y, n);
 }
 /// r (the residual cotangent) may be null.
 inline void norm_grad_row(const float* dy, const float* gamma, const float* xhat, float mg, float mgx, float rstd,
                           const float* r, float* dx, std::int64_t n) {
-  SHARDALG_SIMD_ROWS_DISPATCH(norm_grad_row_n(dy, gamma, xhat, mg, mgx, rstd, r, dx, n));
+  SHARDALG_SIMD_DISPATCH(norm_grad_row_n(dy, gamma, xhat, mg, mgx, rstd, r, dx, n));
   scalar::norm_grad_row(dy, gamma, xhat, mg, mgx, rstd, r, dx, n);
 }
-#undef SHARDALG_SIMD_ROWS_DISPATCH
 
 }  // namespace shardalg::simd
