@@ -30,7 +30,6 @@
 
 #include "shardalg/core/backend_cpu.hpp"
 #include "shardalg/core/simd.hpp"
-#include "shardalg/core/simd_rows.hpp"
 #include "shardalg/nn/activation.hpp"
 #include "shardalg/nn/kernels.hpp"
 #include "shardalg/nn/random.hpp"
@@ -191,13 +190,7 @@ struct Fused<CpuBackend> {
         const auto [s0, s1] = K::grad_row_sums(dy, xhat, gamma, i);
         const T mg = center ? s0 / T(n) : T(0);
         const T mgx = s1 / T(n);
-        if constexpr (std::is_same_v<T, float>) {  // R + dX in the row's sweep, dX rounded first
-          simd::norm_grad_row(dy.data() + i * n, gamma.data(), xhat.data() + i * n, mg, mgx, rstd(i, 0),
-                              residual ? residual->data() + i * n : nullptr, g.dx.data() + i * n, n);
-        } else {
-          K::grad_row(g.dx, i, dy, xhat, gamma, mg, mgx, rstd(i, 0));
-          if (residual) g.dx.row(i) = residual->row(i) + g.dx.row(i);  // stored, then added: no contraction
-        }
+        K::grad_row(g.dx, i, dy, xhat, gamma, mg, mgx, rstd(i, 0), residual);  // R + dX in the row's sweep
         T* p = prod.data() + q * n;
         for (Index j = 0; j < n; ++j) p[j] = opaque(dy(i, j) * xhat(i, j));
         pr[q] = p;

@@ -216,15 +216,18 @@ struct Kernels<CpuBackend> {
     return dx;
   }
 
-  /// Row i of norm_grad_apply, given mg = Σg/n (0 for RMSNorm) and mgx = Σg·x̂/n.
+  /// Row i of norm_grad_apply, given mg = Σg/n (0 for RMSNorm) and mgx = Σg·x̂/n; with a residual
+  /// cotangent R, row i of R + dX (dX rounded, then added: the unfused add's bits).
   template <class T>
-  static void grad_row(M<T>& dx, Index i, const M<T>& dy, const M<T>& xhat, const M<T>& gamma, T mg, T mgx, T rstd) {
+  static void grad_row(M<T>& dx, Index i, const M<T>& dy, const M<T>& xhat, const M<T>& gamma, T mg, T mgx, T rstd,
+                       const M<T>* residual = nullptr) {
     if constexpr (std::is_same_v<T, float>) {
       const Index n = dy.cols();
-      simd::norm_grad_row(dy.data() + i * n, gamma.data(), xhat.data() + i * n, mg, mgx, rstd, nullptr,
-                          dx.data() + i * n, n);
+      simd::norm_grad_row(dy.data() + i * n, gamma.data(), xhat.data() + i * n, mg, mgx, rstd,
+                          residual ? residual->data() + i * n : nullptr, dx.data() + i * n, n);
     } else {
       dx.row(i) = ((dy.row(i).array() * gamma.row(0).array() - mg - xhat.row(i).array() * mgx) * rstd).matrix();
+      if (residual) dx.row(i) = residual->row(i) + dx.row(i);  // stored, then added: no contraction
     }
   }
 
