@@ -13,8 +13,8 @@
 
 #include <shardalg/autodiff/layers.hpp>
 #include <shardalg/shardalg.hpp>
-#include <shardalg/nn/block.hpp>
-#include <shardalg/verify/memory.hpp>
+#include <shardalg/nn/layers/block.hpp>
+#include <shardalg/observe/held_bytes.hpp>
 
 using namespace shardalg;
 using M = CpuBackend::matrix<double>;

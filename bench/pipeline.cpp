@@ -27,7 +27,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "shardalg/nn/pipeline_gpt.hpp"
+#include "shardalg/nn/models/pipeline_gpt.hpp"
 #include "shardalg/pipeline/executor.hpp"
 #include "shardalg/pipeline/simulate.hpp"
 #include "shardalg/shardalg.hpp"

@@ -172,7 +172,7 @@ def main():
              "(scalar GeLU through a function pointer, separate passes), kept to show what those choices cost; "
              "**PyTorch** is Debian's python3-torch running the same MLP and block as Megatron writes them (f/g "
              "autograd functions, gloo, one process and one thread per rank; bench/torch_tp.py). Every row of "
-             "bench_mlp runs with `retain_freed_memory()` (core/allocator.hpp; PyTorch gets the same setting "
+             "bench_mlp runs with `retain_freed_memory()` (backend/cpu/allocator.hpp; PyTorch gets the same setting "
              "through glibc's environment) except the two *default allocator* rows. *vs strong (paired)* "
              "alternates shardalg's step with the strong baseline's in one benchmark and divides the sums.\n")
     L.append("| case | time (ms) | vs strong (paired) | vs PyTorch | TP=1 / TP=2 | floor (ms) | floor / time |")

@@ -1,4 +1,4 @@
-# cmake/shardalg_cuda.cmake — shardalg::cuda: the CUDA/NCCL backend headers (include/shardalg/cuda/).
+# cmake/shardalg_cuda.cmake — shardalg::cuda: the CUDA/NCCL backend headers (include/shardalg/backend/cuda/).
 #
 # Included from the top-level CMakeLists.txt when SHARDALG_WITH_CUDA is ON. Provides the INTERFACE
 # target `shardalg_cuda` (alias shardalg::cuda, exported as shardalg::cuda) only when both a CUDA

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "check.hpp"
-#include "shardalg/nn/mlp.hpp"
+#include "shardalg/nn/layers/mlp.hpp"
 #include "shardalg/shardalg.hpp"
 
 using namespace shardalg;

@@ -1,7 +1,7 @@
 // 16 — Memory per rank, the Ultra-Scale Playbook's formulas beside what the library's GPT holds:
 // parameters N = h·v + L(12h² + 13h) + 2h, 16 bytes per parameter (20 with fp32 gradient
 // accumulation), activations s·b·h·(34 + 5as/h) per layer — against the bytes measured by summing
-// the stored matrices (nn/memory.hpp), at TP 1, 2, 4, with and without sequence parallelism, in
+// the stored matrices (nn/train/measured_memory.hpp), at TP 1, 2, 4, with and without sequence parallelism, in
 // double and float. Every difference is named, term by term, and checked exactly.
 #include <cstdio>
 #include <string>
@@ -9,8 +9,8 @@
 
 #include "check.hpp"
 #include "shardalg/cost/cost.hpp"
-#include "shardalg/nn/memory.hpp"
-#include "shardalg/nn/nn.hpp"
+#include "shardalg/nn/train/measured_memory.hpp"
+#include "shardalg/nn.hpp"
 
 using namespace shardalg;
 namespace cost = shardalg::cost;
@@ -239,7 +239,7 @@ int main() {
   dc.dropout = 0.1;
   const auto with_dropout = measure<double>(dc, 2)[0], without = measure<double>(c, 2)[0];
   std::printf("\nDropout 0.1: activations held %.0f B, the same as without (%.0f B): masks are recomputed\n"
-              "from (seed, tensor, index) in the backward, never stored (nn/dropout.hpp).\n",
+              "from (seed, tensor, index) in the backward, never stored (nn/layers/dropout.hpp).\n",
               with_dropout.activations.measured_bytes, without.activations.measured_bytes);
   example::check(same_terms(with_dropout.held, without.held), "dropout adds no stored bytes");
 

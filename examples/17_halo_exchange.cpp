@@ -9,8 +9,8 @@
 #include "check.hpp"
 #include "shardalg/collective/halo.hpp"
 #include "shardalg/cost/cost.hpp"
-#include "shardalg/nn/conv2d.hpp"
-#include "shardalg/nn/mlp.hpp"
+#include "shardalg/nn/layers/conv2d.hpp"
+#include "shardalg/nn/layers/mlp.hpp"
 #include "shardalg/reference/conv2d.hpp"
 #include "shardalg/shardalg.hpp"
 

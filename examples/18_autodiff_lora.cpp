@@ -9,7 +9,7 @@
 //   refuses it (E130); dX[I]: f's adjoint all-reduces it.
 #include <iostream>
 
-#include <shardalg/autodiff/autodiff.hpp>
+#include <shardalg/autodiff.hpp>
 #include <shardalg/autodiff/verify.hpp>
 
 using namespace shardalg;

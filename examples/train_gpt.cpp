@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "shardalg/nn/gpt.hpp"
+#include "shardalg/nn/models/gpt.hpp"
 #include "shardalg/shardalg.hpp"
 
 using namespace shardalg;

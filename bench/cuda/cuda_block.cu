@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "shardalg/shardalg.hpp"
-#include "shardalg/cuda/cuda.hpp"
-#include "shardalg/nn/nn.hpp"
+#include "shardalg/cuda.hpp"
+#include "shardalg/nn.hpp"
 
 using namespace shardalg;
 using cuda::bf16;

@@ -17,7 +17,7 @@
 #include <cstdio>
 
 #include "shardalg/shardalg.hpp"
-#include "shardalg/cuda/cuda.hpp"
+#include "shardalg/cuda.hpp"
 
 using namespace shardalg;
 using namespace shardalg::cuda;

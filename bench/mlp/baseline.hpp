@@ -131,7 +131,7 @@ struct StrongNorm {
 
 /// Causal multi-head attention, tensor-parallel by heads (P ranks), with biases. The queries go
 /// in tiles of kTile rows and the tiles right of the diagonal (all masked) are skipped, forward
-/// and backward — as shardalg's kernel does (nn/kernels.hpp), so the two do the same GEMM work.
+/// and backward — as shardalg's kernel does (backend/cpu/kernels.hpp), so the two do the same GEMM work.
 struct StrongAttention {
   static constexpr int kTile = 64;
   Eigen::Index m, h, heads, d, seq;  // heads: local

@@ -31,7 +31,7 @@
 #include "../common.hpp"
 #include "baseline.hpp"
 #include <shardalg/mpi.hpp>
-#include <shardalg/nn/nn.hpp>
+#include <shardalg/nn.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -283,7 +283,7 @@ void BM_shardalg_block_threads_tp2(benchmark::State& st) {
   flops(st, block_flops());
 }
 
-// The block under sequence parallelism (nn/sp_block.hpp): X[Row], the norms, dropout and residual
+// The block under sequence parallelism (nn/layers/sp_block.hpp): X[Row], the norms, dropout and residual
 // adds on T/P tokens per rank, all_gather in and reduce_scatter out of each parallel region; the
 // step includes reduce_grads (the norm weights' Partial gradients, one all_reduce of 2h each).
 void BM_shardalg_block_sp_tp2(benchmark::State& st) {
@@ -322,7 +322,7 @@ void BM_shardalg_block_tp1_both_busy(benchmark::State& st) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Freed blocks stay mapped for the next step (core/allocator.hpp), for every row alike;
+  // Freed blocks stay mapped for the next step (backend/cpu/allocator.hpp), for every row alike;
   // SHARDALG_BENCH_DEFAULT_MALLOC=1 keeps glibc's defaults (bench/run's "default allocator" rows).
   if (!std::getenv("SHARDALG_BENCH_DEFAULT_MALLOC")) retain_freed_memory();
   bench::init(argc, argv);

@@ -1,28 +1,29 @@
 // shardalg/shardalg.hpp — the umbrella header: the core algebra, the CPU backend, and the
 // one-rank and thread communicators. MPI is opt-in: include "shardalg/mpi.hpp" as well.
-// CUDA/NCCL is opt-in: "shardalg/cuda/cuda.hpp". The verify headers (checks against a dense twin,
+// CUDA/NCCL is opt-in: "shardalg/cuda.hpp". The verify headers (checks against a dense twin,
 // ledger tallies, timing, explain log) use only what is above, so they come with it.
 #pragma once
 
 #include "shardalg/version.hpp"
-#include "shardalg/core/layout.hpp"
-#include "shardalg/core/dtype.hpp"
-#include "shardalg/core/errors.hpp"
-#include "shardalg/core/rules.hpp"
-#include "shardalg/core/backend_cpu.hpp"
-#include "shardalg/core/threads.hpp"
-#include "shardalg/core/allocator.hpp"
+#include "shardalg/base/layout.hpp"
+#include "shardalg/base/dtype.hpp"
+#include "shardalg/base/errors.hpp"
+#include "shardalg/base/rules.hpp"
+#include "shardalg/backend/cpu/backend.hpp"
+#include "shardalg/base/threads.hpp"
+#include "shardalg/backend/cpu/allocator.hpp"
 #include "shardalg/core/sharded.hpp"
 #include "shardalg/core/matmul.hpp"
 #include "shardalg/core/elementwise.hpp"
-#include "shardalg/core/dense.hpp"
-#include "shardalg/core/visualize.hpp"
+#include "shardalg/bridge/dense.hpp"
+#include "shardalg/observe/visualize.hpp"
 #include "shardalg/core/cast.hpp"
-#include "shardalg/core/sum.hpp"
+#include "shardalg/collective/sum.hpp"
 #include "shardalg/comm/communicator.hpp"
-#include "shardalg/comm/ledger.hpp"
+#include "shardalg/observe/ledger.hpp"
 #include "shardalg/comm/self.hpp"
 #include "shardalg/comm/thread.hpp"
+#include "shardalg/comm/run_ranks.hpp"
 #include "shardalg/collective/all_reduce.hpp"
 #include "shardalg/collective/all_gather.hpp"
 #include "shardalg/collective/reduce_scatter.hpp"

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include <shardalg/autodiff/layers.hpp>
-#include <shardalg/nn/block.hpp>
-#include <shardalg/nn/sp_block.hpp>
+#include <shardalg/nn/layers/block.hpp>
+#include <shardalg/nn/layers/sp_block.hpp>
 
 #include "testing.hpp"
 

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include <shardalg/autodiff/autodiff.hpp>
+#include <shardalg/autodiff.hpp>
 #include <shardalg/autodiff/verify.hpp>
 
 #include "testing.hpp"

@@ -1,7 +1,7 @@
 // Break-it lab 6 (docs/course/18_break_it.md): a non-linear op on a Partial. GeLU(Σ_r Z_r) is not
 // Σ_r GeLU(Z_r): applied to the summands it computes something else on every rank. E110; reduce
 // first.
-#include <shardalg/autodiff/autodiff.hpp>
+#include <shardalg/autodiff.hpp>
 #include <shardalg/shardalg.hpp>
 
 using namespace shardalg;

@@ -1,7 +1,7 @@
 // Break-it lab 5 (docs/course/18_break_it.md): a row-parallel layer's bias added before the
 // reduction. Every rank would add b to its summand, and the all-reduce would hold P·b. A bias on a
 // Partial is E111: reduce first (g), then add it once.
-#include <shardalg/autodiff/autodiff.hpp>
+#include <shardalg/autodiff.hpp>
 #include <shardalg/shardalg.hpp>
 
 using namespace shardalg;

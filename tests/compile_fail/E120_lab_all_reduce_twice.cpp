@@ -1,6 +1,6 @@
 // Break-it lab 3 (docs/course/18_break_it.md): an all-reduce applied twice. The first all_reduce
 // makes Z[Partial] whole (R); a second one would sum P copies — P·Z. An R has no pending sum: E120.
-#include <shardalg/autodiff/autodiff.hpp>
+#include <shardalg/autodiff.hpp>
 #include <shardalg/shardalg.hpp>
 
 using namespace shardalg;

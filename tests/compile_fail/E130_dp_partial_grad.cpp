@@ -1,7 +1,7 @@
 // [shardalg.E130] on the dp axis: a data-parallel replica's gradient is Partial on dp (it holds
 // only its batch's contribution), so handing it to the optimizer before the DP all-reduce — the
 // forgotten sync — must not compile; the fix the diagnostic names, all_reduce<dp>(g), must.
-#include <shardalg/nn/data_parallel.hpp>
+#include <shardalg/nn/models/data_parallel.hpp>
 #include <shardalg/shardalg.hpp>
 
 using namespace shardalg;

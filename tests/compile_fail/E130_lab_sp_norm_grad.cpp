@@ -2,9 +2,9 @@
 // parallelism a LayerNorm runs on X[Row] with its weight γ replicated, so each rank's dγ sums only
 // its own tokens — a Partial. Handing it to the optimizer unsummed must not compile (E130); the fix
 // the diagnostic names, all_reduce(dγ), must.
-#include <shardalg/autodiff/autodiff.hpp>
+#include <shardalg/autodiff.hpp>
 #include <shardalg/shardalg.hpp>
-#include <shardalg/nn/optim.hpp>
+#include <shardalg/nn/optim/optim.hpp>
 
 using namespace shardalg;
 

@@ -2,7 +2,7 @@
 // weight gradient Partial (each rank summed only its own tokens), so
 // `nn::sgd_update(gamma, dgamma, lr)` must not compile; the fix the diagnostic names,
 // `nn::sgd_update(gamma, all_reduce(dgamma), lr)`, must.
-#include <shardalg/nn/nn.hpp>
+#include <shardalg/nn.hpp>
 
 using namespace shardalg;
 

@@ -1,7 +1,7 @@
 // [shardalg.E131] update with a gradient of another layout: a ColSharded weight's gradient must be
 // ColSharded too, so `nn::sgd_update(w, dw[R], lr)` must not compile; the fix the diagnostic
 // names, `nn::sgd_update(w, split<ColSharded>(dw), lr)`, must.
-#include <shardalg/nn/nn.hpp>
+#include <shardalg/nn.hpp>
 
 using namespace shardalg;
 

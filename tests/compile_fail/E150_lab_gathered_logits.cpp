@@ -2,7 +2,7 @@
 // cross-entropy. Its two all-reduces assume each rank holds its own vocabulary columns; with the
 // whole logits on every rank the sum of exponentials is P times too big: loss = correct + log P.
 // The loss takes logits[C]; an R there is E150.
-#include <shardalg/autodiff/autodiff.hpp>
+#include <shardalg/autodiff.hpp>
 #include <shardalg/shardalg.hpp>
 
 using namespace shardalg;

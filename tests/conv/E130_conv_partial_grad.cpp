@@ -3,7 +3,7 @@
 // `nn::sgd_update(conv.weight(), grads.params.dw, lr)` must not compile; the fix the diagnostic
 // names, `nn::sgd_update(conv.weight(), all_reduce(grads.params.dw), lr)`, must. Built by
 // tests/conv/CMakeLists.txt like tests/compile_fail's cases (-fsyntax-only, the ID matched).
-#include <shardalg/nn/conv2d.hpp>
+#include <shardalg/nn/layers/conv2d.hpp>
 #include <shardalg/shardalg.hpp>
 
 using namespace shardalg;

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "shardalg/nn/conv2d.hpp"
+#include "shardalg/nn/layers/conv2d.hpp"
 #include "shardalg/reference/conv2d.hpp"
 #include "testing.hpp"
 

@@ -1,4 +1,4 @@
-// tests/conv/test_conv.cpp — the spatially sharded convolution (nn/conv2d.hpp) and the halo
+// tests/conv/test_conv.cpp — the spatially sharded convolution (nn/layers/conv2d.hpp) and the halo
 // exchange (collective/halo.hpp) on thread worlds of 1, 2, 3 and 4 ranks, against the dense
 // direct-loop convolution (reference/conv2d.hpp): the reference itself against a hand-computed
 // case and finite differences; forward and every gradient bit for bit on integer operands (float

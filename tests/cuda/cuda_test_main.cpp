@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "shardalg/cuda/error.hpp"
+#include "shardalg/backend/cuda/error.hpp"
 
 int main(int argc, char** argv) {
   const auto probe = shardalg::cuda::probe_devices();

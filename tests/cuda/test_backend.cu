@@ -13,7 +13,7 @@
 #include <doctest/doctest.h>
 
 #include "cuda_testing.hpp"
-#include "shardalg/cuda/cuda.hpp"
+#include "shardalg/cuda.hpp"
 
 using namespace shardalg;
 using cuda::bf16;

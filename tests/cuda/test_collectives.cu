@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "cuda_testing.hpp"
-#include "shardalg/cuda/cuda.hpp"
+#include "shardalg/cuda.hpp"
 
 using namespace shardalg;
 using cuda::CudaBackend;

@@ -1,4 +1,4 @@
-// The layer kernels (include/shardalg/cuda/ops.hpp), each against a CPU reference computed in
+// The layer kernels (include/shardalg/backend/cuda/ops.hpp), each against a CPU reference computed in
 // double: GeLU (tanh, erf) and its derivative, SwiGLU forward/backward, softmax with scale and
 // causal mask (with global offsets) forward/backward, LayerNorm and RMSNorm forward/backward
 // (dx, dγ, dβ), dropout keyed by the global index (the mask is layout-independent), and the
@@ -14,7 +14,7 @@
 #include <cmath>
 
 #include "cuda_testing.hpp"
-#include "shardalg/cuda/cuda.hpp"
+#include "shardalg/cuda.hpp"
 
 using namespace shardalg;
 using cuda::bf16;

@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "cases.hpp"
-#include "shardalg/cuda/cuda.hpp"
+#include "shardalg/cuda.hpp"
 
 namespace {
 using namespace lt;

@@ -1,4 +1,4 @@
-// The simulated multi-rank communicator's protocol (include/shardalg/cuda/sim_world.hpp), on
+// The simulated multi-rank communicator's protocol (include/shardalg/comm/sim_world.hpp), on
 // host memory: no GPU needed. SimComm<HostSimOps> runs exactly the bookkeeping that
 // SimComm<CudaSimOps> runs on one GPU (who publishes what, which chunk each rank reduces, block
 // offsets, barriers, the buffered mailbox, abort), with memmove instead of cudaMemcpyAsync.
@@ -12,7 +12,7 @@
 
 #include "../support/all_to_allv_cases.hpp"
 #include "cuda_testing.hpp"
-#include "shardalg/cuda/sim_world.hpp"
+#include "shardalg/comm/sim_world.hpp"
 
 using namespace shardalg;
 using cuda::HostSimOps;

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "fuzz_programs.hpp"
-#include "shardalg/core/checks.hpp"
+#include "shardalg/base/checks.hpp"
 
 int main(int argc, char** argv) {
   double seconds = 60;

@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "shardalg/nn/gpt.hpp"
-#include "shardalg/reference/dense.hpp"
+#include "shardalg/nn/models/gpt.hpp"
+#include "shardalg/reference/dense_layers.hpp"
 #include "shardalg/shardalg.hpp"
 
 namespace gt {
@@ -82,7 +82,7 @@ inline double curve_diff(const std::vector<double>& a, const std::vector<double>
   return w;
 }
 
-/// The dense GPT (reference/dense.hpp: plain Eigen) of a model's logical masters, dropout masks of
+/// The dense GPT (reference/dense_layers.hpp: plain Eigen) of a model's logical masters, dropout masks of
 /// step 0 under `dropout_seed`; attention over sequences of `seq` (default: the config's). Biases
 /// and norm shifts the masters lack are zero. Shared by the GPT, mesh and pipeline tests.
 inline ref::Gpt dense_gpt(const nn::GptConfig& c, const nn::Masters& m, std::uint64_t dropout_seed, Index seq = 0) {

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "gpt_cases.hpp"
-#include "shardalg/nn/checkpoint.hpp"
+#include "shardalg/nn/train/checkpoint.hpp"
 #include "testing.hpp"
 
 using namespace gt;

@@ -1,4 +1,4 @@
-// tests/gpt/test_gpt.cpp — the GPT against the dense GPT of reference/dense.hpp (loss and every
+// tests/gpt/test_gpt.cpp — the GPT against the dense GPT of reference/dense_layers.hpp (loss and every
 // gradient, TP 1–4, with and without sequence parallelism, float and double); training that gives
 // the same loss curve at TP = 1, 2, 4 with and without SP; checkpoints saved at one TP size and
 // loaded at another; the ledger of a whole step; the configuration errors.
@@ -14,9 +14,9 @@
 
 #include "gpt_cases.hpp"
 #if SHARDALG_TEST_CHECKPOINTS
-#include "shardalg/nn/checkpoint.hpp"
+#include "shardalg/nn/train/checkpoint.hpp"
 #endif
-#include "shardalg/reference/dense.hpp"
+#include "shardalg/reference/dense_layers.hpp"
 #include "testing.hpp"
 
 using namespace gt;

@@ -1,5 +1,5 @@
 // tests/gpt/test_sp_block.cpp — the sequence-parallel block against the dense block
-// (reference/dense.hpp) on thread worlds of 1–4 ranks, float and double; its ledger against the
+// (reference/dense_layers.hpp) on thread worlds of 1–4 ranks, float and double; its ledger against the
 // counts of the shared ALGEBRA.md; the activation bytes it holds between blocks, measured; the
 // optimizers (state sharded like the parameter, clipping by the logical global norm) against a
 // dense Adam written here.
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "../layers/cases.hpp"  // the dense block cases of issue 3 (reference blocks, masters)
-#include "shardalg/nn/optim.hpp"
-#include "shardalg/nn/sp_block.hpp"
+#include "shardalg/nn/optim/optim.hpp"
+#include "shardalg/nn/layers/sp_block.hpp"
 
 using namespace lt;
 

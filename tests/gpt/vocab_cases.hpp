@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "shardalg/nn/cross_entropy.hpp"
-#include "shardalg/nn/embedding.hpp"
+#include "shardalg/nn/layers/cross_entropy.hpp"
+#include "shardalg/nn/layers/embedding.hpp"
 #include "testing.hpp"
 
 using namespace shardalg;

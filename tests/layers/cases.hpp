@@ -11,8 +11,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "shardalg/reference/dense.hpp"
-#include "shardalg/nn/nn.hpp"
+#include "shardalg/reference/dense_layers.hpp"
+#include "shardalg/nn.hpp"
 #include "testing.hpp"
 
 namespace lt {
@@ -263,7 +263,7 @@ void add_attn_grads(Checks& cs, const std::string& tag, const typename nn::Atten
 }
 
 /// Attention against its dense twin: z, dx and the weight gradients. With `prob` > 0, attention
-/// dropout (nn/attention.hpp) at that probability, on other weights and inputs: the sharded layer
+/// dropout (nn/layers/attention.hpp) at that probability, on other weights and inputs: the sharded layer
 /// keys its mask by global head and sequence, the dense twin by the whole tensor's (b, h, i, j):
 /// equal at every TP.
 template <class T, class B = CpuBackend>

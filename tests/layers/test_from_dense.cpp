@@ -4,7 +4,7 @@
 // never a silent truncation.
 #include <doctest/doctest.h>
 
-#include "shardalg/nn/block.hpp"
+#include "shardalg/nn/layers/block.hpp"
 #include "testing.hpp"
 
 using namespace shardalg;

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include <shardalg/nn/data_parallel.hpp>
+#include <shardalg/nn/models/data_parallel.hpp>
 
 #include "../gpt/gpt_cases.hpp"
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include <shardalg/nn/data_parallel_checkpoint.hpp>
+#include <shardalg/nn/train/data_parallel_checkpoint.hpp>
 
 #include "dp_cases.hpp"
 
@@ -55,7 +55,7 @@ TEST_CASE("data parallel: checkpoint files written at DP=2 x TP=2 (ZeRO-1) resum
     });
     CHECK(gt::curve_diff(got, tail) <= 1e-12);
   }
-  // A plain Gpt loads it too (the format is the one of nn/checkpoint.hpp).
+  // A plain Gpt loads it too (the format is the one of nn/train/checkpoint.hpp).
   nn::Adam<double> adam(gt::adam_options());
   auto plain = nn::load_checkpoint<double>(dir, SelfComm{}, adam);
   CHECK(adam.step_count() == 4);

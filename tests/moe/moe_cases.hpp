@@ -1,4 +1,4 @@
-// tests/moe/moe_cases.hpp — the MoE layer (nn/moe.hpp) run on an ep × etp mesh of a world and
+// tests/moe/moe_cases.hpp — the MoE layer (nn/layers/moe.hpp) run on an ep × etp mesh of a world and
 // compared with its dense twin (reference/moe.hpp); the ledger's collectives beside the count
 // derived from the dense twin's routing. Shared by the thread tests and the MPI test.
 #pragma once
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "shardalg/nn/moe.hpp"
+#include "shardalg/nn/layers/moe.hpp"
 #include "shardalg/reference/moe.hpp"
 #include "shardalg/shardalg.hpp"
 #include "testing.hpp"

@@ -15,11 +15,11 @@
 #include <optional>
 #include <vector>
 
-#include "shardalg/nn/attention.hpp"
-#include "shardalg/nn/cross_entropy.hpp"
-#include "shardalg/nn/embedding.hpp"
-#include "shardalg/nn/moe.hpp"
-#include "shardalg/nn/norm.hpp"
+#include "shardalg/nn/layers/attention.hpp"
+#include "shardalg/nn/layers/cross_entropy.hpp"
+#include "shardalg/nn/layers/embedding.hpp"
+#include "shardalg/nn/layers/moe.hpp"
+#include "shardalg/nn/layers/norm.hpp"
 #include "shardalg/shardalg.hpp"
 
 namespace moe_gpt {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "shardalg/nn/nn.hpp"
-#include "shardalg/reference/dense.hpp"
+#include "shardalg/nn.hpp"
+#include "shardalg/reference/dense_layers.hpp"
 #include "testing.hpp"
 
 namespace ov {

@@ -2,7 +2,7 @@
 // test_pipeline_exec.cpp (threads) and test_pipeline_exec_mpi.cpp (mpirun -np 8): a tiny GPT
 // from random logical masters, a global batch cut into data-parallel replicas and micro-batches,
 // nn::PipelineGpt run by pipeline::Executor under one schedule on one rank of a dp × pp × tp mesh,
-// and the dense reference (reference/dense.hpp: plain Eigen, an independent code path) of the
+// and the dense reference (reference/dense_layers.hpp: plain Eigen, an independent code path) of the
 // whole batch — one pass for fixed lengths, one pass per micro-batch for variable lengths.
 #pragma once
 
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "shardalg/nn/pipeline_gpt.hpp"
+#include "shardalg/nn/models/pipeline_gpt.hpp"
 #include "shardalg/pipeline/executor.hpp"
-#include "shardalg/reference/dense.hpp"
+#include "shardalg/reference/dense_layers.hpp"
 #include "../gpt/gpt_cases.hpp"
 
 namespace pcases {

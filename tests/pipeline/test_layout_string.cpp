@@ -1,4 +1,4 @@
-// Megatron-LM's pipeline_model_parallel_layout strings (shardalg/pipeline/layout_string.hpp):
+// Megatron-LM's pipeline_model_parallel_layout strings (shardalg/pipeline/stage_assignment.hpp):
 // the two golden layouts of issue 16, the offsets against Megatron-LM's own formula
 // (get_layer_offset, written out independently below), the repeat grammar, and every error text.
 #include <doctest/doctest.h>
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include <shardalg/pipeline/layout_string.hpp>
+#include <shardalg/pipeline/stage_assignment.hpp>
 
 using namespace shardalg::pipeline;
 

@@ -2,7 +2,7 @@
 // the pp axis (R, Row, C kept across the send; the shape messages of variable lengths; the ring
 // exchange), and nn::PipelineGpt run by pipeline::Executor on dp × pp × tp = 2 × {1, 2, 4} × 2
 // for AFAB, 1F1B, interleaved 1F1B and ZB-H1, with and without output deallocation and variable
-// sequence lengths, against the dense model (reference/dense.hpp) and nn::Gpt at TP = 1 on the
+// sequence lengths, against the dense model (reference/dense_layers.hpp) and nn::Gpt at TP = 1 on the
 // whole batch; the loss scaling; the bytes held with and without deallocation, op by op; the
 // ledger's point-to-point entries; the errors.
 #include <doctest/doctest.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "pipeline_cases.hpp"
-#include "shardalg/cuda/sim_world.hpp"
+#include "shardalg/comm/sim_world.hpp"
 #include "shardalg/shardalg.hpp"
 
 using namespace shardalg;

@@ -2,7 +2,7 @@
 // MpiComm meshes dp × pp × tp = 2 × 2 × 2 and 1 × 4 × 2 (MPI_Isend / MPI_Irecv between the stages,
 // MPI_Comm_split for the axes and the embedding group) for AFAB, 1F1B, interleaved 1F1B and ZB-H1,
 // with and without output deallocation, variable sequence lengths and overlapped receives, against
-// the dense model (reference/dense.hpp). Each rank checks the gradients of the layers its stages
+// the dense model (reference/dense_layers.hpp). Each rank checks the gradients of the layers its stages
 // hold (and how many tensors that is); together they cover the model.
 #include <doctest/doctest.h>
 

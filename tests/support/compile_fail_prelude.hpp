@@ -5,7 +5,7 @@
 // prelude loaded those includes are no-ops (#pragma once).
 
 #include <shardalg/shardalg.hpp>
-#include <shardalg/autodiff/autodiff.hpp>
-#include <shardalg/nn/nn.hpp>
-#include <shardalg/nn/conv2d.hpp>
-#include <shardalg/nn/data_parallel.hpp>
+#include <shardalg/autodiff.hpp>
+#include <shardalg/nn.hpp>
+#include <shardalg/nn/layers/conv2d.hpp>
+#include <shardalg/nn/models/data_parallel.hpp>

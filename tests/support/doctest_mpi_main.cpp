@@ -1,6 +1,6 @@
 // doctest under MPI: every rank runs every test case; a failure on any rank fails the run.
 // Only rank 0 reports unless a rank fails (then that rank prints its failures too). The replica
-// check and checked collectives (shardalg/core/checks.hpp) are on for every test, whatever the build type.
+// check and checked collectives (shardalg/base/checks.hpp) are on for every test, whatever the build type.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <mpi.h>
 
@@ -8,7 +8,7 @@
 
 #include <cstdlib>
 
-#include "shardalg/core/checks.hpp"
+#include "shardalg/base/checks.hpp"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);

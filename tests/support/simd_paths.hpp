@@ -1,10 +1,10 @@
-// tests/support/simd_paths.hpp — run a test body on each ISA path of core/simd.hpp (scalar, and
+// tests/support/simd_paths.hpp — run a test body on each ISA path of backend/cpu/simd.hpp (scalar, and
 // AVX2 + FMA where the CPU has it), restoring the path the process had.
 #pragma once
 
 #include <doctest/doctest.h>
 
-#include <shardalg/core/simd.hpp>
+#include <shardalg/backend/cpu/simd.hpp>
 
 namespace testing {
 

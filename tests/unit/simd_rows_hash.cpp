@@ -2,12 +2,12 @@
 // run by the test unit_simd_rows_flags, which requires the two to print the same line: a float
 // LayerNorm and RMSNorm (y, x̂, rstd; dX with and without the residual; the fused and the unfused
 // path), the GeLU and the softmax kernels have one set of bits whatever the compiler targets
-// (core/simd.hpp, core/simd_rows.hpp). dγ and dβ are left out: column sums keep Eigen's order,
-// which follows the packet width (core/col_sum_order.hpp).
+// (backend/cpu/simd.hpp, backend/cpu/simd_rows.hpp). dγ and dβ are left out: column sums keep Eigen's order,
+// which follows the packet width (backend/cpu/col_sum_order.hpp).
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
-#include <shardalg/nn/nn.hpp>
+#include <shardalg/nn.hpp>
 
 using namespace shardalg;
 using Mf = CpuBackend::matrix<float>;

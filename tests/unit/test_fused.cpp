@@ -1,5 +1,5 @@
-// The fused kernels (nn/fused.hpp) against the unfused path, bit for bit, on both ISA paths of
-// core/simd.hpp; the two ISA paths against each other; the streaming column sum against Eigen's
+// The fused kernels (backend/cpu/fused.hpp) against the unfused path, bit for bit, on both ISA paths of
+// backend/cpu/simd.hpp; the two ISA paths against each other; the streaming column sum against Eigen's
 // colwise().sum(); the float GeLU's accuracy against double (and its distance from Eigen's tanh,
 // printed); one Mlp and one TransformerBlock step against the same layers run unfused.
 #include <doctest/doctest.h>
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <shardalg/nn/nn.hpp>
+#include <shardalg/nn.hpp>
 
 #include "simd_paths.hpp"
 

@@ -125,12 +125,12 @@ TEST_CASE("misuse: the result of a mixed operation carries the ledgered handle")
     const Mat<double> X = testing::random_int<double>(4, 4, 1);
     const auto a = shard<ColSharded>(X, plain);
     const auto b = shard<ColSharded>(X, led);
-    CHECK((a + b).group().ledger() == &l);
-    CHECK((b + a).group().ledger() == &l);
-    CHECK((a - b).group().ledger() == &l);
-    CHECK(hadamard(a, b).group().ledger() == &l);
-    CHECK(matmul(shard<Replicated>(X, plain), b).group().ledger() == &l);
-    CHECK((a + a).group().ledger() == nullptr);
+    CHECK((a + b).group().recorder() == &l);
+    CHECK((b + a).group().recorder() == &l);
+    CHECK((a - b).group().recorder() == &l);
+    CHECK(hadamard(a, b).group().recorder() == &l);
+    CHECK(matmul(shard<Replicated>(X, plain), b).group().recorder() == &l);
+    CHECK((a + a).group().recorder() == nullptr);
   });
 }
 
@@ -309,7 +309,7 @@ TEST_CASE("misuse: cast<U>(x) converts the element type, keeping layout, shape a
       static_assert(std::is_same_v<std::remove_cvref_t<decltype(xf)>, Sharded<float, ColSharded>>);
       CHECK(xf.rows() == 4);
       CHECK(xf.cols() == 8);
-      CHECK(xf.group().ledger() == &l);
+      CHECK(xf.group().recorder() == &l);
       CHECK(xf.local() == x.local().cast<float>());
       CHECK(to_dense(xf) == A.cast<float>());
 

@@ -1,4 +1,4 @@
-// core/simd_rows.hpp: the float row kernels of the norms and the attention backward.
+// backend/cpu/simd_rows.hpp: the float row kernels of the norms and the attention backward.
 //   * both ISA paths against a loop written here from the header's text (eight lanes, lane l takes
 //     the elements l, l + 8, …; the lanes combined as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))),
 //     bit for bit, at every length 0–40 and past several vector boundaries, on values of mixed
@@ -12,7 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <shardalg/nn/nn.hpp>
+#include <shardalg/nn.hpp>
 
 #include "simd_paths.hpp"
 #include <vector>

@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "shardalg/nn/linear.hpp"
+#include "shardalg/nn/layers/linear.hpp"
 #include "shardalg/verify/verify.hpp"
 #include "testing.hpp"
 

@@ -24,8 +24,8 @@
 #include "options.hpp"
 #include "result.hpp"
 #include "shardalg/mesh/mesh.hpp"
-#include "shardalg/nn/attention.hpp"
-#include "shardalg/nn/data_parallel.hpp"
+#include "shardalg/nn/layers/attention.hpp"
+#include "shardalg/nn/models/data_parallel.hpp"
 #include "shardalg/verify/verify.hpp"
 
 namespace sv {
@@ -51,7 +51,7 @@ inline Index expected_local_elements(const std::string& name, const Options& o, 
   return h;  // norms' γ and β, attn.proj.bias, mlp.fc2.bias: [1, h] on every rank
 }
 
-/// The bucket sizes of the greedy packing (nn/grad_buckets.hpp's rule, restated): in order, a
+/// The bucket sizes of the greedy packing (nn/optim/grad_buckets.hpp's rule, restated): in order, a
 /// parameter that does not fit the open bucket starts a new one; 0 elements: one per parameter.
 inline std::vector<Index> expected_buckets(const std::vector<Index>& sizes, std::size_t cap) {
   std::vector<Index> b;

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "options.hpp"
-#include "shardalg/nn/nn.hpp"
-#include "shardalg/nn/sp_block.hpp"
-#include "shardalg/verify/explain.hpp"
+#include "shardalg/nn.hpp"
+#include "shardalg/nn/layers/sp_block.hpp"
+#include "shardalg/observe/derivation.hpp"
 #include "shardalg/verify/gather.hpp"
 
 namespace sv {

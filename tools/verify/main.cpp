@@ -1,6 +1,6 @@
 // shardalg-verify — build a small GPT from flags, run one forward and one backward pass sharded
 // (ThreadComm ranks in this process, or MpiComm ranks under mpirun) and dense (the independent
-// plain-Eigen reference, shardalg/reference/dense.hpp), and report per layer:
+// plain-Eigen reference, shardalg/reference/dense_layers.hpp), and report per layer:
 //
 //   * the normwise relative error of the output and of every gradient against the dense reference
 //     (pass: ≤ 1e-12 in double, ≤ 1e-5 in float);

@@ -51,7 +51,7 @@ DenseModel make_model(const Options& o) {
     b.seed = c.dropout_seed;
     b.drop_attn = nn::tensor_id(c.layer, nn::TensorKind::dropout_attn);
     b.drop_mlp = nn::tensor_id(c.layer, nn::TensorKind::dropout_mlp);
-    b.attn.p = c.attn_dropout;  // the dense twin's own keyed mask (reference/dense.hpp)
+    b.attn.p = c.attn_dropout;  // the dense twin's own keyed mask (reference/dense_layers.hpp)
     b.attn.seed = c.dropout_seed;
     b.attn.tensor = nn::tensor_id(c.layer, nn::attn_probs_dropout_kind);
     m.g.blocks.push_back(std::move(b));

@@ -1,13 +1,13 @@
 // tools/verify/model.hpp — the dense model every rank builds from the seed (the masters), the
-// dense reference pass (reference/dense.hpp, plain Eigen), and the masters under nn::Gpt's names.
+// dense reference pass (reference/dense_layers.hpp, plain Eigen), and the masters under nn::Gpt's names.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "options.hpp"
-#include "shardalg/nn/gpt.hpp"
-#include "shardalg/reference/dense.hpp"
+#include "shardalg/nn/models/gpt.hpp"
+#include "shardalg/reference/dense_layers.hpp"
 
 namespace sv {
 
@@ -15,14 +15,14 @@ using ::ref::M;
 using Ids = std::vector<std::int64_t>;
 
 struct DenseModel {
-  ::ref::Gpt g;  // reference/dense.hpp's GPT: E, blocks, final norm, embedding dropout
+  ::ref::Gpt g;  // reference/dense_layers.hpp's GPT: E, blocks, final norm, embedding dropout
   Ids ids, targets;
 };
 
 /// The masters, tokens and targets of `o`, drawn from o.seed (rounded to float for --dtype float).
 DenseModel make_model(const Options& o);
 
-/// The dense pass: reference/dense.hpp's gpt_forward and gpt_backward (plain Eigen, double).
+/// The dense pass: reference/dense_layers.hpp's gpt_forward and gpt_backward (plain Eigen, double).
 struct DenseRun {
   ::ref::GptOut out;
   ::ref::GptGrads grads;

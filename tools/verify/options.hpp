@@ -10,11 +10,11 @@
 
 #include <unistd.h>
 
-#include "shardalg/nn/block.hpp"
-#include "shardalg/nn/embedding.hpp"
-#include "shardalg/nn/memory.hpp"
-#include "shardalg/nn/nn.hpp"
-#include "shardalg/nn/sp_block.hpp"
+#include "shardalg/nn/layers/block.hpp"
+#include "shardalg/nn/layers/embedding.hpp"
+#include "shardalg/nn/train/measured_memory.hpp"
+#include "shardalg/nn.hpp"
+#include "shardalg/nn/layers/sp_block.hpp"
 #include "shardalg/verify/check.hpp"
 #include "shardalg/version.hpp"
 

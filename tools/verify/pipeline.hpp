@@ -5,9 +5,9 @@
 // between ops; with --trace, the schedule as executed, one row per rank (Chrome trace).
 //
 //   layout        "E" + the layers spread over S = pp·v stages (the first stages one more when S
-//                 does not divide them) + "L" (pipeline/layout_string.hpp)
+//                 does not divide them) + "L" (pipeline/stage_assignment.hpp)
 //   micro-batches --microbatches per replica (default: one sequence each), of batch/(dp·m) sequences
-//   loss          per-token scaling (the whole batch's mean, nn/pipeline_parts.hpp)
+//   loss          per-token scaling (the whole batch's mean, nn/models/pipeline_parts.hpp)
 //   analytic p2p  rank 0 of the world (pp rank 0): one send per F of a stage that is not the last
 //                 and per backward of a stage that is not the first, one receive per F of a stage
 //                 that is not the first and per backward of a stage that is not the last, each
@@ -25,7 +25,7 @@
 #include "options.hpp"
 #include "result.hpp"
 #include "shardalg/mesh/mesh.hpp"
-#include "shardalg/nn/pipeline_gpt.hpp"
+#include "shardalg/nn/models/pipeline_gpt.hpp"
 #include "shardalg/pipeline/executor.hpp"
 #include "shardalg/verify/gather.hpp"
 #include "shardalg/verify/verify.hpp"

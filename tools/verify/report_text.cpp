@@ -70,7 +70,7 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
   std::string text;
   auto out = std::back_inserter(text);
   const Index d = o.hidden / o.heads;
-  fmt::format_to(out, "shardalg-verify {} — one forward + backward pass, sharded vs dense (reference/dense.hpp)\n", kVersion);
+  fmt::format_to(out, "shardalg-verify {} — one forward + backward pass, sharded vs dense (reference/dense_layers.hpp)\n", kVersion);
   fmt::format_to(out, "model    GPT: {} layers, hidden {}, {} heads of {} ({} query groups), ffn {}, {}×{} = {} tokens,\n",
                  o.layers, o.hidden, o.heads, d, o.num_groups(), o.ffn_size(), o.batch, o.seq, o.tokens());
   fmt::format_to(out, "         vocab {} (padded {}), {}, {}, dropout {:g}{}, {}\n", o.vocab, padded, o.norm, o.act, o.dropout,

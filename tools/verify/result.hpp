@@ -14,8 +14,8 @@
 #include "model.hpp"
 #include "shardalg/cost/cost.hpp"
 #include "shardalg/verify/check.hpp"
-#include "shardalg/verify/memory.hpp"
-#include "shardalg/verify/tally.hpp"
+#include "shardalg/observe/held_bytes.hpp"
+#include "shardalg/observe/tally.hpp"
 
 namespace sv {
 

@@ -21,11 +21,11 @@
 #include "rows.hpp"
 #include "trace.hpp"
 #include "shardalg/cost/cost.hpp"
-#include "shardalg/nn/cross_entropy.hpp"
-#include "shardalg/nn/embedding.hpp"
-#include "shardalg/nn/gpt.hpp"
-#include "shardalg/nn/nn.hpp"
-#include "shardalg/nn/sp_block.hpp"
+#include "shardalg/nn/layers/cross_entropy.hpp"
+#include "shardalg/nn/layers/embedding.hpp"
+#include "shardalg/nn/models/gpt.hpp"
+#include "shardalg/nn.hpp"
+#include "shardalg/nn/layers/sp_block.hpp"
 #include "shardalg/verify/verify.hpp"
 
 namespace sv {
@@ -198,8 +198,8 @@ void run_rank(Group raw, const Options& o, const DenseModel& dm, RankResult* out
   std::optional<DenseRun> dr;
   double dense_seconds = 0;
   if (root) {
-    say("dense reference (reference/dense.hpp)", true);
-    EventLog::Phase ph(log, "dense reference (reference/dense.hpp gpt_forward/gpt_backward)", "reference");
+    say("dense reference (reference/dense_layers.hpp)", true);
+    EventLog::Phase ph(log, "dense reference (reference/dense_layers.hpp gpt_forward/gpt_backward)", "reference");
     const auto t0 = Clock::now();
     dr.emplace(dense_run(dm));
     dense_seconds = std::chrono::duration<double>(Clock::now() - t0).count();

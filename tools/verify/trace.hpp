@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "shardalg/verify/timing.hpp"
+#include "shardalg/observe/timing.hpp"
 
 namespace sv {
 

@@ -20,7 +20,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "shardalg/autodiff/linear.hpp"
+#include "shardalg/autodiff/algebra.hpp"
 #include "shardalg/collective/all_gather.hpp"
 #include "shardalg/collective/all_reduce.hpp"
 #include "shardalg/collective/all_to_all.hpp"

@@ -20,11 +20,11 @@
 #include <utility>
 
 #include "shardalg/autodiff/collectives.hpp"
-#include "shardalg/autodiff/linear.hpp"
-#include "shardalg/core/sum.hpp"
-#include "shardalg/nn/activation.hpp"
-#include "shardalg/nn/dropout.hpp"
-#include "shardalg/nn/kernels.hpp"
+#include "shardalg/autodiff/algebra.hpp"
+#include "shardalg/collective/sum.hpp"
+#include "shardalg/backend/activation.hpp"
+#include "shardalg/nn/layers/dropout.hpp"
+#include "shardalg/backend/cpu/kernels.hpp"
 
 namespace shardalg::ad {
 
@@ -64,7 +64,7 @@ auto add_bias(const Var<T, LX, B>& x, const Var<T, LB, B>& b) {
 }
 
 /// f(x) elementwise with its derivative f': dX = dY ⊙ f'(X). f and df are functors (the core's
-/// `map` takes them: a CUDA backend needs them device-callable, see nn/activation.hpp).
+/// `map` takes them: a CUDA backend needs them device-callable, see backend/activation.hpp).
 template <class T, class L, class B, class F, class DF>
 auto map(const Var<T, L, B>& x, F f, DF df) {
   auto y = shardalg::map(x.value(), f);
@@ -90,7 +90,7 @@ template <class T, class L, class B, class F, class DF>
 auto map(const Var<T, L, B>& x, const Differentiable<F, DF>& fn) {
   return map(x, fn.f, fn.df);
 }
-/// The activations of nn/activation.hpp with their derivatives.
+/// The activations of backend/activation.hpp with their derivatives.
 inline constexpr Differentiable<nn::GeluTanh, nn::GeluTanhGrad> gelu{};
 inline constexpr Differentiable<nn::GeluErf, nn::GeluErfGrad> gelu_erf{};
 /// SiLU x·σ(x) and its derivative σ(x)(1 + x(1 − σ(x))).
@@ -115,7 +115,7 @@ inline constexpr Differentiable<Silu, SiluGrad> silu{};
 /// SwiGLU: every rank holds its gate and up columns side by side): silu(gate) ⊙ up.
 template <class T, class L, class B>
 Var<T, L, B> swiglu(const Var<T, L, B>& h) {
-  static_assert(!std::is_same_v<L, Partial>, "[shardalg.E110] swiglu is non-linear: not on Partial");
+  require<Diag::nonlinear_partial, !std::is_same_v<L, Partial>, L>();
   const Index half = h.cols() / 2;
   using K = nn::Kernels<B>;
   Sharded<T, L, B> a(K::swiglu(h.value().local()), h.rows(), half, h.group());
@@ -207,9 +207,7 @@ Var<T, Partial, B> partial_sum(const Var<T, L, B>& x) {
 template <WholeLayout To = Replicated, class T, class L, class B>
 auto sum(const Var<T, L, B>& x) {
   if constexpr (WholeLayout<L>) {
-    static_assert(std::is_same_v<To, L> || std::is_same_v<To, Replicated>,
-                  "[shardalg.E170] sum<Invariant> of an R value: the sum of an R value is R; convert with the "
-                  "named conversions (I is entered by all_reduce<Invariant> or all_gather<Invariant>)");
+    require<Diag::invariant_mix, std::is_same_v<To, L> || std::is_same_v<To, Replicated>, To, L>();
     auto s = shardalg::sum(x.value());  // [L]
     return detail::record<T, L, B>(
         std::move(s),
@@ -229,7 +227,7 @@ auto sum(const Var<T, L, B>& x) {
 /// mask. row_base: a data-parallel replica's first token in the global batch (nn::Dropout's).
 template <class T, class L, class B>
 Var<T, L, B> dropout(const Var<T, L, B>& x, double p, std::uint64_t seed, std::uint64_t tensor, Index row_base = 0) {
-  static_assert(!std::is_same_v<L, Partial>, "[shardalg.E110] dropout is non-linear in its mask's use: not on Partial");
+  require<Diag::nonlinear_partial, !std::is_same_v<L, Partial>, L>();
   using K = nn::Kernels<B>;
   const auto& v = x.value();
   if (p == 0.0) return x;

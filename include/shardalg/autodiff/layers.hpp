@@ -18,7 +18,7 @@
 // reduces them like the norm weights (tests/autodiff/test_autodiff_layers.cpp measures both).
 // Grouped-query attention needs every rank to own whole query groups (groups a multiple of the TP
 // size); replicated K/V copies (groups < TP) are a hand-written layer's extra reduction
-// (nn/attention.hpp) with no layout of their own: refused here.
+// (nn/layers/attention.hpp) with no layout of their own: refused here.
 #pragma once
 
 #include <optional>
@@ -26,12 +26,12 @@
 
 #include "shardalg/autodiff/collectives.hpp"
 #include "shardalg/autodiff/elementwise.hpp"
-#include "shardalg/autodiff/linear.hpp"
-#include "shardalg/autodiff/nn.hpp"
-#include "shardalg/nn/activation.hpp"
-#include "shardalg/nn/attention.hpp"
-#include "shardalg/nn/block.hpp"
-#include "shardalg/nn/dropout.hpp"
+#include "shardalg/autodiff/algebra.hpp"
+#include "shardalg/autodiff/layer_ops.hpp"
+#include "shardalg/backend/activation.hpp"
+#include "shardalg/nn/layers/attention.hpp"
+#include "shardalg/nn/layers/block.hpp"
+#include "shardalg/nn/layers/dropout.hpp"
 
 namespace shardalg::ad {
 

@@ -1,7 +1,7 @@
 // shardalg/autodiff/planned.hpp — matmul<To>(a, b), differentiable: the planner's chains on the
 // operands, the local product and the chain on the result (plan/matmul.hpp), each step recorded
 // as its differentiable op, so the backward is the steps' adjoints in reverse and the product's
-// local backward (autodiff/linear.hpp).
+// local backward (autodiff/algebra.hpp).
 //
 //   ad::matmul<Replicated>(h[C], w[Row])   H[C]·W[Row] → Partial; all_reduce → R
 //     backward: all_reduce's adjoint (all_reduce of the Partial cotangent), then the local products
@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "shardalg/autodiff/collectives.hpp"
-#include "shardalg/autodiff/linear.hpp"
+#include "shardalg/autodiff/algebra.hpp"
 #include "shardalg/plan/matmul.hpp"
 
 namespace shardalg::ad {

@@ -40,8 +40,8 @@
 #include <vector>
 
 #include "shardalg/collective/all_reduce.hpp"
-#include "shardalg/comm/ledger.hpp"
-#include "shardalg/core/dense.hpp"
+#include "shardalg/observe/ledger.hpp"
+#include "shardalg/bridge/dense.hpp"
 #include "shardalg/core/elementwise.hpp"
 #include "shardalg/core/sharded.hpp"
 

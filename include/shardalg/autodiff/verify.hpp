@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "shardalg/autodiff/tape.hpp"
-#include "shardalg/comm/thread.hpp"
-#include "shardalg/core/dense.hpp"
+#include "shardalg/comm/run_ranks.hpp"
+#include "shardalg/bridge/dense.hpp"
 
 namespace shardalg::ad {
 

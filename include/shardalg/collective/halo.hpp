@@ -6,7 +6,7 @@
 // m = H/P rows per rank, rank q holds the global rows [q·m − r, (q+1)·m + r), and the rows outside
 // [0, H) are zeros (the convolution's "same" padding). A Row+halo block is not the share of any
 // global shape, so it is not a layout of the type system but a struct of its own, HaloBlock, which
-// only a stencil kernel (nn/conv2d.hpp's im2col) reads.
+// only a stencil kernel (nn/layers/conv2d.hpp's im2col) reads.
 //
 //   halo_exchange(X[Row], r)           X[Row] → X[Row+halo]: rank q sends its first r rows to q−1
 //                                      and its last r rows to q+1, point to point
@@ -22,7 +22,7 @@
 //
 // The ledger records the halo as its messages, with a kind of its own: every send is an entry of
 // kind `halo` (CallInfo::halo), every receive a `recv`, elements r·cols, with layouts "Row" →
-// "Row+halo" (exchange) or "Row+halo" → "Row" (reduction); halo_bytes(ledger, scope) sums the
+// "Row+halo" (exchange) or "Row+halo" → "Row" (reduction); observe/tally.hpp's halo_bytes(ledger, scope) sums the
 // halo entries: what this rank sent.
 //
 // Ordering, so that no rank waits forever on any backend (MPI_Send of a large message waits for
@@ -41,7 +41,6 @@
 #include <string_view>
 #include <utility>
 
-#include "shardalg/comm/ledger.hpp"
 #include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 
@@ -193,11 +192,5 @@ Sharded<T, RowSharded, B> halo_exchange(const HaloBlock<T, B>& dx) {
   return Sharded<T, RowSharded, B>(std::move(own), dx.rows(), dx.cols(), std::move(g));
 }
 }  // namespace adjoint
-
-/// Bytes this rank sent in halo exchanges and halo reductions that `ledger` recorded under `scope`
-/// (its entries of kind halo: Row → Row+halo, or Row+halo → Row for the reduction).
-inline std::size_t halo_bytes(const Ledger& ledger, std::string_view scope = "") {
-  return ledger.bytes(CollectiveKind::halo, scope);
-}
 
 }  // namespace shardalg

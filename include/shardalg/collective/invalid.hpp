@@ -3,10 +3,10 @@
 // reports the one diagnostic and not a cascade of "no matching function" errors after it.
 #pragma once
 
-#include "shardalg/core/errors.hpp"
+#include "shardalg/base/errors.hpp"
 #include <type_traits>
 
-#include "shardalg/core/layout.hpp"
+#include "shardalg/base/layout.hpp"
 
 namespace shardalg {
 

@@ -1,6 +1,6 @@
 // shardalg/comm/collective_check.hpp — the fingerprint of a checked collective (issue 14), shared
 // by the backends that check (ThreadComm, MpiComm). The switch and the watchdog's limit are in
-// core/checks.hpp.
+// base/checks.hpp.
 //
 // A fingerprint is what the ranks must agree on before data moves: the kind, the dtype, the
 // element count n (per rank, as the backend's call takes it), the reduce op (reductions only),
@@ -21,9 +21,9 @@
 #include <string_view>
 
 #include "shardalg/comm/communicator.hpp"
-#include "shardalg/core/checks.hpp"
-#include "shardalg/core/dtype.hpp"
-#include "shardalg/core/errors.hpp"
+#include "shardalg/base/checks.hpp"
+#include "shardalg/base/dtype.hpp"
+#include "shardalg/base/errors.hpp"
 
 namespace shardalg::detail {
 

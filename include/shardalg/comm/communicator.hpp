@@ -45,8 +45,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "shardalg/core/dtype.hpp"
-#include "shardalg/core/errors.hpp"
+#include "shardalg/base/dtype.hpp"
+#include "shardalg/base/errors.hpp"
+#include "shardalg/comm/recorder.hpp"
 
 namespace shardalg {
 
@@ -182,8 +183,6 @@ constexpr bool async_all_reduce(const C& c) {
   else return AsyncAllReduce<C>;
 }
 
-class Ledger;
-
 /// A communicator that understands CallInfo (a decorator) has these overloads too.
 template <class C>
 concept InfoAwareCommunicator =
@@ -192,7 +191,7 @@ concept InfoAwareCommunicator =
     };
 
 /// Type-erased, shared handle on a communicator. Copies refer to the same communicator. A
-/// default-constructed Group is empty: everything but valid(), ledger(), name() and same_group
+/// default-constructed Group is empty: everything but valid(), recorder(), name() and same_group
 /// throws EmptyTensorError naming the call.
 class Group {
  public:
@@ -206,12 +205,12 @@ class Group {
   [[nodiscard]] int rank() const { return get("rank").rank(); }
   [[nodiscard]] int size() const { return get("size").size(); }
   [[nodiscard]] std::uintptr_t key() const { return get("key").key(); }
-  /// The ledger recording this group's traffic, or nullptr.
-  [[nodiscard]] Ledger* ledger() const { return impl_ ? impl_->ledger() : nullptr; }
+  /// What records this group's traffic (a Ledger, observe/ledger.hpp), or nullptr.
+  [[nodiscard]] Recorder* recorder() const { return impl_ ? impl_->recorder() : nullptr; }
   /// The communicator's kind ("ThreadComm", "SelfComm", …); "a communicator" when it does not
   /// say, "an empty Group" for an empty handle. A ledgered handle is named by what it decorates.
   [[nodiscard]] std::string name() const { return impl_ ? impl_->name() : std::string("an empty Group"); }
-  /// The mesh axis this handle is the group of ("dp", "tp", …; comm/ledger.hpp records it with
+  /// The mesh axis this handle is the group of ("dp", "tp", …; observe/ledger.hpp records it with
   /// each collective), or "" for a whole world.
   [[nodiscard]] std::string axis() const { return impl_ ? impl_->axis() : std::string(); }
 
@@ -319,7 +318,7 @@ class Group {
     virtual int rank() const = 0;
     virtual int size() const = 0;
     virtual std::uintptr_t key() const = 0;
-    virtual Ledger* ledger() = 0;
+    virtual Recorder* recorder() = 0;
     virtual std::string name() const = 0;
     virtual std::string axis() const = 0;
     virtual Group split(int, int, std::string_view) = 0;
@@ -347,8 +346,8 @@ class Group {
     int rank() const override { return c.rank(); }
     int size() const override { return c.size(); }
     std::uintptr_t key() const override { return c.key(); }
-    Ledger* ledger() override {
-      if constexpr (requires { c.ledger(); }) return c.ledger();
+    Recorder* recorder() override {
+      if constexpr (requires { c.recorder(); }) return c.recorder();
       else return nullptr;
     }
     std::string name() const override {
@@ -477,6 +476,13 @@ Group Group::Model<C>::split(int color, int key, std::string_view axis) {
   } else {
     throw CommError(detail::cat("Group::split: ", name(), " cannot split into sub-groups"));
   }
+}
+
+/// A scope label on `g`'s recorder for as long as the result lives: on a ledgered group it labels
+/// the collectives that run meanwhile; on a plain one it does nothing.
+///   auto s = shardalg::scope(x.group(), "mlp.fwd");
+[[nodiscard]] inline RecorderScope scope(const Group& g, std::string label) {
+  return RecorderScope(g.recorder(), std::move(label));
 }
 
 }  // namespace shardalg

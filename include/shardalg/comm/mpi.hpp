@@ -34,8 +34,8 @@
 
 #include "shardalg/comm/communicator.hpp"
 #include "shardalg/comm/mpi_check.hpp"
-#include "shardalg/comm/thread.hpp"  // detail::accumulate
-#include "shardalg/core/errors.hpp"
+#include "shardalg/comm/reduce.hpp"
+#include "shardalg/base/errors.hpp"
 
 namespace shardalg {
 

@@ -1,5 +1,5 @@
 // shardalg/comm/mpi_check.hpp — checked collectives over MPI (issue 14): the fingerprint exchange
-// MpiComm runs before a collective when check_collectives() is on (core/checks.hpp).
+// MpiComm runs before a collective when check_collectives() is on (base/checks.hpp).
 //
 // Each rank sends its fingerprint (a FingerprintRecord, 152 bytes) to every other rank and
 // receives theirs: point-to-point on the group's communicator with the reserved tag

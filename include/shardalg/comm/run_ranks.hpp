@@ -1,7 +1,6 @@
-// shardalg/comm/run_ranks.hpp — run_ranks(n, fn): n ThreadComm ranks, one thread each (included
-// by comm/thread.hpp). When a rank throws, the world is aborted and run_ranks rethrows the first
-// rank's own exception once every thread has ended; a thread that cannot be started is a
-// ThreadStartError.
+// shardalg/comm/run_ranks.hpp — run_ranks(n, fn): n ThreadComm ranks, one thread each. When a
+// rank throws, the world is aborted and run_ranks rethrows the first rank's own exception once
+// every thread has ended; a thread that cannot be started is a ThreadStartError.
 #pragma once
 
 #include <atomic>
@@ -13,8 +12,8 @@
 #include <vector>
 
 #include "shardalg/comm/thread.hpp"
-#include "shardalg/core/errors.hpp"
-#include "shardalg/core/threads.hpp"
+#include "shardalg/base/errors.hpp"
+#include "shardalg/base/threads.hpp"
 
 namespace shardalg {
 

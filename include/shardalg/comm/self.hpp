@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "shardalg/comm/communicator.hpp"
-#include "shardalg/core/errors.hpp"
+#include "shardalg/base/errors.hpp"
 
 namespace shardalg {
 

@@ -1,6 +1,6 @@
 // shardalg/comm/thread.hpp — N simulated ranks in one process, one thread each.
 //
-//   run_ranks(4, [&](ThreadComm& comm) { ... });   // the body runs on 4 threads, ranks 0..3
+//   run_ranks(4, [&](ThreadComm& comm) { ... });   // comm/run_ranks.hpp: the body runs on 4 threads, ranks 0..3
 //
 // The default for tests, examples and teaching. Collectives use the single address space: every
 // rank publishes its buffer pointers, then reads the others' memory directly; nothing is copied
@@ -17,7 +17,7 @@
 // all_gather and all_to_all) every rank raises CollectiveMismatchError before reading a peer's
 // buffer — never a read or write past one.
 //
-// Checked mode (core/checks.hpp, comm/collective_check.hpp): each rank also writes its
+// Checked mode (base/checks.hpp, comm/collective_check.hpp): each rank also writes its
 // fingerprint into a slot of shared memory as it enters the rendezvous; once all have arrived,
 // every rank compares them and raises CollectiveMismatchError naming both sides before any data
 // moves. barrier() takes part like any collective, and the end of run_ranks' body is one too
@@ -46,8 +46,9 @@
 
 #include "shardalg/comm/collective_check.hpp"
 #include "shardalg/comm/communicator.hpp"
-#include "shardalg/core/errors.hpp"
-#include "shardalg/core/threads.hpp"
+#include "shardalg/comm/reduce.hpp"
+#include "shardalg/base/errors.hpp"
+#include "shardalg/base/threads.hpp"
 
 namespace shardalg {
 
@@ -317,30 +318,12 @@ class ThreadWorld {
   std::vector<std::weak_ptr<ThreadWorld>> children_;
 };
 
-/// acc[i] := acc[i] ∘ x[i], one loop per operation so that each vectorises.
-template <class T>
-void accumulate(T* acc, const T* x, std::size_t n, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::max:
-      for (std::size_t i = 0; i < n; ++i) acc[i] = acc[i] < x[i] ? x[i] : acc[i];
-      break;
-    case ReduceOp::min:
-      for (std::size_t i = 0; i < n; ++i) acc[i] = x[i] < acc[i] ? x[i] : acc[i];
-      break;
-    default:
-      for (std::size_t i = 0; i < n; ++i) acc[i] += x[i];
-  }
-}
-
-/// Elements per tile of a reduction: the running sum stays in L1.
-inline constexpr std::size_t reduce_tile_bytes = 16384;
-
 }  // namespace detail
 
 /// One rank's handle on a thread world. Cheap to copy.
 ///
 /// Each collective also takes a CallInfo (the ledger passes its layouts and scope on): with
-/// checked collectives on (core/checks.hpp) they are part of the fingerprint the ranks compare.
+/// checked collectives on (base/checks.hpp) they are part of the fingerprint the ranks compare.
 class ThreadComm {
  public:
   ThreadComm(std::shared_ptr<detail::ThreadWorld> w, int rank) : w_(std::move(w)), rank_(rank) {}
@@ -595,4 +578,3 @@ static_assert(Communicator<ThreadComm> && InfoAwareCommunicator<ThreadComm> && V
 
 }  // namespace shardalg
 
-#include "shardalg/comm/run_ranks.hpp"  // run_ranks(n, fn): the ranks as threads

@@ -1,5 +1,5 @@
 // shardalg/core/elementwise.hpp — elementwise and row-wise operations, each checked against
-// the rules in core/rules.hpp:
+// the rules in base/rules.hpp:
 //
 //   A[L] + B[L] → [L]            any L, Partial too (linear)              else E112
 //   α · A[L]    → [L]            any L; α any arithmetic scalar, converted to the element type
@@ -15,8 +15,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "shardalg/core/functors.hpp"
-#include "shardalg/core/rules.hpp"
+#include "shardalg/base/functors.hpp"
+#include "shardalg/base/rules.hpp"
 #include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 

@@ -1,4 +1,5 @@
-// shardalg/core/explain.hpp — how an op enters the explain log (comm/explain_log.hpp).
+// shardalg/core/explain.hpp — how an op enters the explain log (observe/explain_log.hpp), through
+// the group's Recorder (comm/recorder.hpp).
 //
 // Each typed op opens an ExplainOp for its lifetime; when the group's ledger is explaining, the
 // op's layouts are written in notation and the collectives it issues are listed under it:
@@ -13,7 +14,6 @@
 #include <string_view>
 #include <utility>
 
-#include "shardalg/comm/ledger.hpp"
 #include "shardalg/core/sharded.hpp"
 
 namespace shardalg {
@@ -32,26 +32,26 @@ inline std::string notation(Index rows, Index cols, LayoutKind k) {
 class ExplainOp {
  public:
   ExplainOp() = default;
-  ExplainOp(Ledger* l, std::string_view op, DType t, std::string layouts) : ledger_(l) {
-    if (ledger_) ledger_->open_op(std::string(op), std::string(to_string(t)), std::move(layouts));
+  ExplainOp(Recorder* r, std::string_view op, DType t, std::string layouts) : rec_(r) {
+    if (rec_) rec_->open_op(std::string(op), std::string(to_string(t)), std::move(layouts));
   }
   ExplainOp(const ExplainOp&) = delete;
   ExplainOp& operator=(const ExplainOp&) = delete;
-  ExplainOp(ExplainOp&& o) noexcept : ledger_(std::exchange(o.ledger_, nullptr)) {}
+  ExplainOp(ExplainOp&& o) noexcept : rec_(std::exchange(o.rec_, nullptr)) {}
   ~ExplainOp() {
-    if (ledger_) ledger_->close_op();
+    if (rec_) rec_->close_op();
   }
 
  private:
-  Ledger* ledger_ = nullptr;
+  Recorder* rec_ = nullptr;
 };
 
-/// Opens `op` on `g`'s ledger when it is explaining; `layouts()` is called only then.
+/// Opens `op` on `g`'s recorder when it is explaining; `layouts()` is called only then.
 template <class F>
 [[nodiscard]] ExplainOp explain_op(const Group& g, std::string_view op, DType t, F&& layouts) {
-  Ledger* l = g.ledger();
-  if (!l || !l->explaining()) return {};
-  return ExplainOp(l, op, t, std::forward<F>(layouts)());
+  Recorder* r = g.recorder();
+  if (!r || !r->explaining()) return {};
+  return ExplainOp(r, op, t, std::forward<F>(layouts)());
 }
 
 }  // namespace shardalg

@@ -5,12 +5,12 @@
 //   transpose(X)[C]    — X[Row] seen transposed: the backward pass's Xᵀ · dY needs no copy
 //
 // Every valid product is local; an invalid pair is a compile error [shardalg.E10x] naming the
-// collective that fixes it (see core/errors.hpp).
+// collective that fixes it (see base/errors.hpp).
 #pragma once
 
 #include <type_traits>
 
-#include "shardalg/core/rules.hpp"
+#include "shardalg/base/rules.hpp"
 #include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 

@@ -9,9 +9,10 @@
 #include <utility>
 
 #include "shardalg/comm/communicator.hpp"
-#include "shardalg/core/backend_cpu.hpp"
-#include "shardalg/core/errors.hpp"
-#include "shardalg/core/layout.hpp"
+#include "shardalg/backend/cpu/backend.hpp"
+#include "shardalg/base/diagnostics.hpp"
+#include "shardalg/base/errors.hpp"
+#include "shardalg/base/layout.hpp"
 
 namespace shardalg {
 
@@ -165,8 +166,8 @@ inline const Group& result_group(const Group& a, const Group& b, std::string_vie
   check_operand(a, op);
   check_operand(b, op);
   check_same_group(a, b, op);
-  Ledger* const la = a.ledger();
-  Ledger* const lb = b.ledger();
+  Recorder* const la = a.recorder();
+  Recorder* const lb = b.recorder();
   if (la && lb && la != lb)
     throw GroupMismatchError(
         cat(op, ": the operands' handles carry different ledgers; rebind one operand to the other's group"));

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "shardalg/comm/communicator.hpp"
-#include "shardalg/comm/thread.hpp"
+#include "shardalg/comm/run_ranks.hpp"
 #include "shardalg/cost/alpha_beta.hpp"
 
 namespace shardalg::cost {

@@ -7,7 +7,7 @@
 #include "shardalg/cost/units.hpp"
 #include "shardalg/cost/alpha_beta.hpp"
 #include "shardalg/cost/transformer.hpp"
-#include "shardalg/cost/memory.hpp"
+#include "shardalg/cost/memory_formulas.hpp"
 #include "shardalg/cost/playbook.hpp"
 #include "shardalg/cost/parallel_config.hpp"
 #include "shardalg/cost/calibrate.hpp"

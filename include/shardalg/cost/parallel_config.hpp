@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "shardalg/core/errors.hpp"
+#include "shardalg/base/errors.hpp"
 
 namespace shardalg::cost {
 

@@ -9,18 +9,18 @@
 //                 Adam m 4 + Adam v 4 = 16 bytes; 20 when the gradients are accumulated in fp32
 //                 (+4 per parameter)
 //   activations   per layer s·b·h·(34 + 5·a·s/h) bytes (16-bit values, 1-byte dropout masks;
-//                 Korthikanti et al. 2022, which the Playbook quotes: cost/memory.hpp), with tensor
+//                 Korthikanti et al. 2022, which the Playbook quotes: cost/memory_formulas.hpp), with tensor
 //                 parallelism of degree t s·b·h·(10 + 24/t + 5·a·s/(h·t)), with sequence
 //                 parallelism too s·b·h·(34 + 5·a·s/h)/t; L layers: L times that
 //
 // Per rank under tensor parallelism the Playbook divides the parameter terms by t (the
 // replicated LayerNorms and row-parallel biases are neglected); `playbook_parameters_per_rank`
-// is that N/t. nn/memory.hpp measures the library's GPT and reports each figure beside these.
+// is that N/t. nn/train/measured_memory.hpp measures the library's GPT and reports each figure beside these.
 #pragma once
 
 #include <cstdint>
 
-#include "shardalg/cost/memory.hpp"
+#include "shardalg/cost/memory_formulas.hpp"
 #include "shardalg/cost/transformer.hpp"
 
 namespace shardalg::cost {
@@ -57,7 +57,7 @@ constexpr PlaybookBytesPerParameter playbook_bytes_per_parameter(bool fp32_grad_
   return b;
 }
 
-/// Activation bytes of `layers` layers per rank: the per-layer formula (cost/memory.hpp) × L.
+/// Activation bytes of `layers` layers per rank: the per-layer formula (cost/memory_formulas.hpp) × L.
 constexpr double playbook_activation_bytes(const TransformerShape& x, int tp = 1, bool sequence_parallel = false) {
   return static_cast<double>(x.layers) * activation_bytes_per_layer(x, tp, sequence_parallel);
 }

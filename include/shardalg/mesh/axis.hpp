@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "shardalg/base/diagnostics.hpp"
 #include "shardalg/comm/communicator.hpp"
 
 namespace shardalg {
@@ -34,11 +35,6 @@ struct tp {
   static constexpr std::string_view name = "tp";
 };
 
-namespace detail {
-template <class...>
-inline constexpr bool dependent_false = false;
-}
-
 /// The group of one mesh axis, typed by the axis. Converts to Group (every op takes one); a group
 /// of another axis does not convert to it.
 template <MeshAxis A>
@@ -52,10 +48,7 @@ class AxisGroup {
   template <MeshAxis B>
     requires(!std::same_as<A, B>)
   AxisGroup(const AxisGroup<B>&) {  // NOLINT: implicit, so the mistake meets the diagnostic
-    static_assert(detail::dependent_false<B>,
-                  "[shardalg.E160] a group of one mesh axis passed where another axis's group is expected "
-                  "(e.g. the pipeline group for the tensor-parallel one): its collectives would run over "
-                  "the wrong ranks. Fix: take mesh.axis<A>() for the axis the callee names.");
+    (void)diagnose<Diag::axis_group_mismatch, B>();
   }
 
   [[nodiscard]] const Group& group() const& { return g_; }

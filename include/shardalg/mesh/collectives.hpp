@@ -36,7 +36,7 @@ template <MeshAxis A, WholeLayout To = Replicated, class T, class Ax, class B>
 auto all_reduce(const MeshSharded<T, Ax, B>& x) {
   constexpr std::size_t i = axis_index_v<A, Ax>;
   if constexpr (i == mesh_detail::npos) {
-    return diagnose_mesh<MeshDiag::unknown_axis, A>();
+    return diagnose<Diag::unknown_axis, A>();
   } else if constexpr (Ax::kinds[i] != LayoutKind::partial) {
     return diagnose<Diag::all_reduce_input, layout_t<Ax::kinds[i]>>();
   } else {
@@ -50,7 +50,7 @@ template <MeshAxis A, class T, class Ax, class B>
 auto copy_to(const MeshSharded<T, Ax, B>& x) {
   constexpr std::size_t i = axis_index_v<A, Ax>;
   if constexpr (i == mesh_detail::npos) {
-    return diagnose_mesh<MeshDiag::unknown_axis, A>();
+    return diagnose<Diag::unknown_axis, A>();
   } else if constexpr (Ax::kinds[i] != LayoutKind::invariant) {
     return diagnose<Diag::copy_to_input, layout_t<Ax::kinds[i]>>();
   } else {
@@ -64,13 +64,13 @@ template <MeshAxis A, WholeLayout To = Replicated, class T, class Ax, class B>
 auto all_gather(const MeshSharded<T, Ax, B>& x) {
   constexpr std::size_t i = axis_index_v<A, Ax>;
   if constexpr (i == mesh_detail::npos) {
-    return diagnose_mesh<MeshDiag::unknown_axis, A>();
+    return diagnose<Diag::unknown_axis, A>();
   } else {
     constexpr LayoutKind k = Ax::kinds[i];
     if constexpr (k != LayoutKind::row && k != LayoutKind::col) {
       return diagnose<Diag::all_gather_input, layout_t<k>>();
     } else if constexpr (mesh_detail::split_after<Ax>(i, mesh_detail::split_dim(k))) {
-      return diagnose_mesh<MeshDiag::not_innermost, A>();
+      return diagnose<Diag::not_innermost, A>();
     } else {
       const Index s = x.groups()[i].size();
       const Index r = x.local_rows() * (k == LayoutKind::row ? s : 1);
@@ -87,11 +87,11 @@ template <MeshAxis A, SplitLayout To, class T, class Ax, class B>
 auto reduce_scatter(const MeshSharded<T, Ax, B>& x) {
   constexpr std::size_t i = axis_index_v<A, Ax>;
   if constexpr (i == mesh_detail::npos) {
-    return diagnose_mesh<MeshDiag::unknown_axis, A>();
+    return diagnose<Diag::unknown_axis, A>();
   } else if constexpr (Ax::kinds[i] != LayoutKind::partial) {
     return diagnose<Diag::reduce_scatter_input, layout_t<Ax::kinds[i]>>();
   } else if constexpr (mesh_detail::split_after<Ax>(i, mesh_detail::split_dim(To::kind))) {
-    return diagnose_mesh<MeshDiag::not_innermost, A>();
+    return diagnose<Diag::not_innermost, A>();
   } else {
     Sharded<T, Partial, B> v(x.local(), x.local_rows(), x.local_cols(), x.groups()[i]);
     return mesh_detail::rewrap<A, To>(reduce_scatter<To>(v).local(), x);
@@ -103,11 +103,11 @@ template <MeshAxis A, SplitLayout To, class T, class Ax, class B>
 auto split(const MeshSharded<T, Ax, B>& x) {
   constexpr std::size_t i = axis_index_v<A, Ax>;
   if constexpr (i == mesh_detail::npos) {
-    return diagnose_mesh<MeshDiag::unknown_axis, A>();
+    return diagnose<Diag::unknown_axis, A>();
   } else if constexpr (!whole(Ax::kinds[i])) {
     return diagnose<Diag::split_input, layout_t<Ax::kinds[i]>>();
   } else if constexpr (mesh_detail::split_after<Ax>(i, mesh_detail::split_dim(To::kind))) {
-    return diagnose_mesh<MeshDiag::not_innermost, A>();
+    return diagnose<Diag::not_innermost, A>();
   } else {
     Sharded<T, layout_t<Ax::kinds[i]>, B> v(x.local(), x.local_rows(), x.local_cols(), x.groups()[i]);
     return mesh_detail::rewrap<A, To>(split<To>(v).local(), x);

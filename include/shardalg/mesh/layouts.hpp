@@ -13,7 +13,7 @@
 #include <string>
 #include <type_traits>
 
-#include "shardalg/core/layout.hpp"
+#include "shardalg/base/layout.hpp"
 #include "shardalg/mesh/axis.hpp"
 
 namespace shardalg {

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "shardalg/comm/communicator.hpp"
-#include "shardalg/core/errors.hpp"
+#include "shardalg/base/errors.hpp"
 #include "shardalg/mesh/axis.hpp"
 
 namespace shardalg {

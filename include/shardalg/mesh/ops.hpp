@@ -14,7 +14,7 @@
 #pragma once
 
 #include "shardalg/core/matmul.hpp"
-#include "shardalg/core/rules.hpp"
+#include "shardalg/base/rules.hpp"
 #include "shardalg/mesh/sharded.hpp"
 
 namespace shardalg {
@@ -43,13 +43,13 @@ inline void check_same_groups(const auto& a, const auto& b, std::string_view op)
 template <class T, class AxA, class AxB, class B>
 auto matmul(const MeshSharded<T, AxA, B>& a, const MeshSharded<T, AxB, B>& b) {
   if constexpr (!mesh_detail::same_axes<AxA, AxB>()) {
-    return diagnose_mesh<MeshDiag::axes_differ, AxA>();
+    return diagnose<Diag::axes_differ, AxA>();
   } else {
     using M = mesh_detail::matmul_axes<AxA, AxB>;
     if constexpr (!M::all_valid) {
       return diagnose<M::first_invalid.error, AxA>();
     } else if constexpr (!M::all_direct) {
-      return diagnose_mesh<MeshDiag::needs_slice, AxA>();
+      return diagnose<Diag::needs_slice, AxA>();
     } else {
       mesh_detail::check_same_groups(a, b, "matmul");
       if (a.cols() != b.rows())

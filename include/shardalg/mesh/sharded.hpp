@@ -17,9 +17,9 @@
 #include <string>
 #include <utility>
 
-#include "shardalg/core/dense.hpp"
+#include "shardalg/bridge/dense.hpp"
 #include "shardalg/core/sharded.hpp"
-#include "shardalg/mesh/diagnostics.hpp"
+#include "shardalg/base/diagnostics.hpp"
 #include "shardalg/mesh/layouts.hpp"
 #include "shardalg/mesh/mesh.hpp"
 
@@ -62,7 +62,7 @@ class MeshSharded {
   [[nodiscard]] const Group& group() const {
     constexpr std::size_t i = axis_index_v<A, Ax>;
     if constexpr (i == mesh_detail::npos) {
-      diagnose_mesh<MeshDiag::unknown_axis, A>();
+      diagnose<Diag::unknown_axis, A>();
       return groups_[0];
     } else {
       return groups_[i];
@@ -157,7 +157,7 @@ template <MeshAxis A, class T, class Ax, class B>
 auto view(MeshSharded<T, Ax, B> x) {
   constexpr std::size_t i = axis_index_v<A, Ax>;
   if constexpr (i == mesh_detail::npos) {
-    return diagnose_mesh<MeshDiag::unknown_axis, A>();
+    return diagnose<Diag::unknown_axis, A>();
   } else {
     constexpr bool alone = [] {
       for (std::size_t j = 0; j < Ax::size; ++j)
@@ -165,7 +165,7 @@ auto view(MeshSharded<T, Ax, B> x) {
       return true;
     }();
     if constexpr (!alone) {
-      return diagnose_mesh<MeshDiag::view_not_alone, A>();
+      return diagnose<Diag::view_not_alone, A>();
     } else {
       using L = layout_t<Ax::kinds[i]>;
       const Index r = x.rows(), c = x.cols();

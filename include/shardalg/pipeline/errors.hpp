@@ -1,11 +1,11 @@
 // shardalg/pipeline/errors.hpp — the exceptions of the pipeline-parallel part.
 //
-// Every one derives from shardalg::Error (core/errors.hpp) through PipelineError, and its message
+// Every one derives from shardalg::Error (base/errors.hpp) through PipelineError, and its message
 // names the values that were wrong: `catch (const shardalg::Error&)` catches them all, and a
 // test can compare the whole text.
 #pragma once
 
-#include "shardalg/core/errors.hpp"
+#include "shardalg/base/errors.hpp"
 
 namespace shardalg::pipeline {
 

@@ -51,7 +51,7 @@
 #include <utility>
 #include <vector>
 
-#include "shardalg/comm/ledger.hpp"
+#include "shardalg/comm/communicator.hpp"
 #include "shardalg/pipeline/p2p.hpp"
 #include "shardalg/pipeline/schedule.hpp"
 

@@ -38,7 +38,7 @@
 #include <string>
 #include <utility>
 
-#include "shardalg/comm/ledger.hpp"
+#include "shardalg/comm/communicator.hpp"
 #include "shardalg/core/sharded.hpp"
 #include "shardalg/pipeline/errors.hpp"
 

@@ -13,7 +13,7 @@
 // `matmul_plan<To>(a, b)` returns the plan without running it. Plain `matmul(a, b)` stays local.
 //
 // Backward: adjoint::matmul(a, b, dc) gives the cotangents of a and b (of the tensors under a
-// transpose view) in their cotangent layouts (core/layout.hpp: Row → Row, C → C, R → R,
+// transpose view) in their cotangent layouts (base/layout.hpp: Row → Row, C → C, R → R,
 // Partial → R), each as a planned product: dA = matmul<cot A>(dC, op(B)ᵀ), dB = matmul<cot B>(op(A)ᵀ, dC).
 // For the Megatron MLP this is the hand-written backward: one all_reduce (f's adjoint).
 #pragma once
@@ -80,7 +80,7 @@ Moving<T, B> run_chain_on(const Sharded<T, L, B>& x, const plan::Chain& c) {
 /// ledger records its steps too; that copies the operand's block, and only in this mixed case.
 template <class T, class L, class B>
 Moving<T, B> run_chain_on(const Sharded<T, L, B>& x, const plan::Chain& c, const Group& g) {
-  const bool rebind = c.steps > 0 && x.group().ledger() != g.ledger();
+  const bool rebind = c.steps > 0 && x.group().recorder() != g.recorder();
   Moving<T, B> m = rebind ? run_chain_on(x.rebind(g), c) : run_chain_on(x, c);
   m.group = g;
   return m;
@@ -139,9 +139,7 @@ plan::MatmulPlan matmul_plan_for(const A& a, const B& b, const plan::Model& mode
 /// The plan matmul<To>(a, b, model) runs: describe() prints it in layout notation.
 template <class To, detail::MatmulOperand A, detail::MatmulOperand B>
 plan::MatmulPlan matmul_plan(const A& a, const B& b, const plan::Model& model = {}) {
-  static_assert(Layout<To> && !std::is_same_v<To, Invariant>,
-                "[shardalg.E151] matmul<To>: To must be a layout the planner reaches (Replicated, RowSharded, "
-                "ColSharded or Partial).");
+  require<Diag::plan_target, Layout<To> && !std::is_same_v<To, Invariant>, To>();
   detail::check_operand(detail::operand_t<A>::tensor(a).group(), "matmul_plan");
   detail::check_operand(detail::operand_t<B>::tensor(b).group(), "matmul_plan");
   return detail::matmul_plan_for<To>(a, b, model);

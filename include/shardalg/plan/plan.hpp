@@ -18,7 +18,7 @@
 // over its communicating steps (free steps cost 0).
 //
 // Matmul plans. C[m,n] = op(A)[m,k] · op(B)[k,n] requested as layout To: a chain on A to A′, a
-// chain on B to B′, the local GEMM of the rule table (A′ · B′ → Z, core/rules.hpp), a chain
+// chain on B to B′, the local GEMM of the rule table (A′ · B′ → Z, base/rules.hpp), a chain
 // Z → To. The *set* of candidates is fixed at compile time: every (A′, B′) whose rule is valid,
 // with every chain of ≤ 2 steps on each side. The *pick* uses the run-time shapes: the cheapest
 // by  seconds = Σ chain costs + 2·m′·k′·n′ / flops_per_second  (the slowest rank's local GEMM),
@@ -33,10 +33,10 @@
 #include <string>
 #include <string_view>
 
-#include "shardalg/core/backend_cpu.hpp"
-#include "shardalg/core/errors.hpp"
-#include "shardalg/core/layout.hpp"
-#include "shardalg/core/rules.hpp"
+#include "shardalg/backend/cpu/backend.hpp"
+#include "shardalg/base/errors.hpp"
+#include "shardalg/base/layout.hpp"
+#include "shardalg/base/rules.hpp"
 #include "shardalg/cost/alpha_beta.hpp"
 
 namespace shardalg {

@@ -97,9 +97,7 @@ plan::RedistributePlan redistribute_plan_for(const Sharded<T, L, B>& x, LayoutKi
 /// The chain redistribute<To>(x, m) would run (for printing, explain and tests).
 template <class To, class T, class L, class B>
 plan::RedistributePlan redistribute_plan(const Sharded<T, L, B>& x, const plan::Model& m = {}) {
-  static_assert(Layout<To> && !std::is_same_v<To, Invariant>,
-                "[shardalg.E151] redistribute<To>: To must be a layout the planner reaches (Replicated, "
-                "RowSharded, ColSharded or Partial).");
+  require<Diag::plan_target, Layout<To> && !std::is_same_v<To, Invariant>, To>();
   return detail::redistribute_plan_for(x, To::kind, m);
 }
 

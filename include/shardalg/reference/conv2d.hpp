@@ -1,11 +1,11 @@
-// shardalg/reference/conv2d.hpp — the dense twin of nn/conv2d.hpp: a stride-1 "same" 2-D
+// shardalg/reference/conv2d.hpp — the dense twin of nn/layers/conv2d.hpp: a stride-1 "same" 2-D
 // convolution (a cross-correlation, as deep-learning frameworks define it), written as direct
 // loops over image, row, column, output channel, kernel row, kernel column and input channel, in
 // plain Eigen (double). No shardalg code: no im2col, no halo, no GEMM. The backward is the same
 // loop nest with each product's roles exchanged; tests/conv checks it against central finite
 // differences and a hand-computed case.
 //
-// Data layout (the one nn/conv2d.hpp uses, so that results compare element for element):
+// Data layout (the one nn/layers/conv2d.hpp uses, so that results compare element for element):
 //   image  x  H × (N·W·C):         x(h, (n·W + w)·C + c) is image n, pixel (h, w), channel c
 //   weight wt (k·k·C_in) × C_out:  wt((i·k + j)·C_in + ci, co) is kernel tap (i, j), ci → co
 //   bias   b  1 × C_out, or empty (no bias)

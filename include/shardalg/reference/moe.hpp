@@ -1,4 +1,4 @@
-// shardalg/reference/moe.hpp — the dense twin of the mixture-of-experts layer (nn/moe.hpp), in plain
+// shardalg/reference/moe.hpp — the dense twin of the mixture-of-experts layer (nn/layers/moe.hpp), in plain
 // Eigen on one "device", written independently of the sharded layer: it runs EVERY expert on EVERY
 // token and combines the outputs with the routing, so no dispatch, no capacity bookkeeping by
 // rank, no all-to-all. Checked against central finite differences in tests/moe.
@@ -22,7 +22,7 @@
 #include <cmath>
 #include <vector>
 
-#include "shardalg/reference/dense.hpp"
+#include "shardalg/reference/dense_layers.hpp"
 
 namespace ref {
 

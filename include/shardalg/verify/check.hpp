@@ -5,7 +5,7 @@
 // gathered masters (X · W → Y, one matrix each). Every output and every gradient of the sharded
 // run is gathered (to_dense: the dense value D of the layout) and compared with the dense one E:
 //
-//   normwise relative error   e = max_ij |D_ij − E_ij| / max_ij |E_ij|        (core/dense.hpp)
+//   normwise relative error   e = max_ij |D_ij − E_ij| / max_ij |E_ij|        (bridge/dense.hpp)
 //   pass                      e ≤ tol,  tol = 1e-12 in double, 1e-5 in float (tolerance_for<T>)
 //
 // A sharded tensor may be padded past its dense twin (a vocabulary padded to a multiple of
@@ -32,7 +32,7 @@
 
 #include <Eigen/Dense>
 
-#include "shardalg/core/dense.hpp"
+#include "shardalg/bridge/dense.hpp"
 #include "shardalg/core/sharded.hpp"
 
 namespace shardalg::verify {

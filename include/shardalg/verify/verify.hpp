@@ -13,8 +13,8 @@
 #pragma once
 
 #include "shardalg/verify/check.hpp"
-#include "shardalg/verify/explain.hpp"
+#include "shardalg/observe/derivation.hpp"
 #include "shardalg/verify/gather.hpp"
-#include "shardalg/verify/memory.hpp"
-#include "shardalg/verify/tally.hpp"
-#include "shardalg/verify/timing.hpp"
+#include "shardalg/observe/held_bytes.hpp"
+#include "shardalg/observe/tally.hpp"
+#include "shardalg/observe/timing.hpp"

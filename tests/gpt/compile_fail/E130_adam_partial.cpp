@@ -1,6 +1,6 @@
 // [shardalg.E130] an optimizer refuses a Partial gradient: nn::Adam::update (like sgd_update) on a
 // replicated norm weight with its un-reduced gradient must not compile; all_reduce'd, it must.
-#include <shardalg/nn/nn.hpp>
+#include <shardalg/nn.hpp>
 
 using namespace shardalg;
 

@@ -2,7 +2,7 @@
 // summed only its own tokens). Handing backward's ParamGrads to the update without reduce_grads
 // — Megatron's recurring sequence-parallel bug — must not compile; with the reduction it must.
 #include <shardalg/comm/self.hpp>
-#include <shardalg/nn/sp_block.hpp>
+#include <shardalg/nn/layers/sp_block.hpp>
 
 using namespace shardalg;
 

@@ -1,0 +1,212 @@
+// shardalg/backend/cpu/backend.hpp — the CPU backend policy: Eigen storage, GEMM through
+// cblas_?gemm when shardalg::blas is linked (SHARDALG_HAVE_BLAS; Eigen's own kernel otherwise),
+// elementwise maps as Eigen expressions.
+//
+// A backend is a type with:
+//   matrix<T>                         local storage, row-major, with rows(), cols(), data(), size()
+//   zeros<T>(r, c), empty<T>(r, c)    a zero block, an uninitialised one
+//   gemm(α, op(A), op(B), β, C)       C := α·op(A)·op(B) + β·C on strided row-major views
+//   copy_block(m, r0, c0, r, c)       a contiguous copy of a sub-block
+//   pack_col_blocks / unpack_col_blocks   column blocks ↔ contiguous stacked blocks
+//   to_host(m)                        the block as an Eigen matrix (for checks)
+//   map(x, f), zip(x, y, f)           elementwise, f a functor (a device functor for CUDA)
+//   col_sum(x), row_sum(x), add_row(x, b), softmax_rows(x)
+//   cast<U>(x)                        elementwise conversion to element type U (optional: cast.hpp)
+// The layout rules never touch a backend: they decide *which* local blocks meet; the backend
+// decides *how* the local arithmetic runs. A CUDA backend supplies the same names over device
+// memory (see include/shardalg/backend/cuda/ and docs/design.md).
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+
+#include "shardalg/backend/cpu/col_sum_order.hpp"
+#include "shardalg/base/index.hpp"
+#include <string_view>
+#include <type_traits>
+
+#if defined(SHARDALG_HAVE_BLAS)
+#include <cblas.h>
+#endif
+
+namespace shardalg {
+
+static_assert(std::is_same_v<Index, Eigen::Index>, "shardalg::Index (base/index.hpp) must be Eigen::Index");
+
+/// op(M) for a row-major block M at `data` with leading dimension `ld`: the effective matrix is
+/// rows × cols; when `trans` is set, element (i, j) is M(j, i).
+template <class T>
+struct MatView {
+  const T* data;
+  Index rows, cols, ld;
+  bool trans;
+
+  /// Columns [c0, c0+w) of the effective matrix.
+  MatView slice_cols(Index c0, Index w) const {
+    return trans ? MatView{data + c0 * ld, rows, w, ld, true} : MatView{data + c0, rows, w, ld, false};
+  }
+  /// Rows [r0, r0+h) of the effective matrix.
+  MatView slice_rows(Index r0, Index h) const {
+    return trans ? MatView{data + r0, h, cols, ld, true} : MatView{data + r0 * ld, h, cols, ld, false};
+  }
+};
+
+struct CpuBackend {
+  static constexpr std::string_view name = "cpu";
+
+  template <class T>
+  using matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+  template <class T>
+  static matrix<T> zeros(Index r, Index c) {
+    return matrix<T>::Zero(r, c);
+  }
+
+  /// An uninitialised block (for outputs that are fully overwritten).
+  template <class T>
+  static matrix<T> empty(Index r, Index c) {
+    return matrix<T>(r, c);
+  }
+
+  template <class T>
+  static matrix<T> copy_block(const matrix<T>& m, Index r0, Index c0, Index r, Index c) {
+    return m.block(r0, c0, r, c);
+  }
+
+  /// dst[r0:r0+src.rows, c0:c0+src.cols] := src (dst holds the rest).
+  template <class T>
+  static void paste_block(matrix<T>& dst, Index r0, Index c0, const matrix<T>& src) {
+    dst.block(r0, c0, src.rows(), src.cols()) = src;
+  }
+
+  template <class T>
+  static MatView<T> view(const matrix<T>& m, bool trans = false) {
+    return trans ? MatView<T>{m.data(), m.cols(), m.rows(), m.cols(), true}
+                 : MatView<T>{m.data(), m.rows(), m.cols(), m.cols(), false};
+  }
+
+  /// C := α·A·B + β·C, where A and B are effective (possibly transposed, strided) views.
+  /// With shardalg::blas, float and double go straight to cblas_?gemm (row-major, transpose
+  /// flags, leading dimensions: no copies, and C is not read when β = 0); otherwise Eigen's GEMM.
+  template <class T>
+  static void gemm(T alpha, MatView<T> a, MatView<T> b, T beta, matrix<T>& c) {
+    gemm(alpha, a, b, beta, c.data(), c.cols());
+  }
+  /// The same into a strided row-major block: C is [a.rows, b.cols] at c with leading dimension ldc.
+  template <class T>
+  static void gemm(T alpha, MatView<T> a, MatView<T> b, T beta, T* c, Index ldc) {
+    const Index m = a.rows, n = b.cols;
+    using Stride = Eigen::OuterStride<>;
+    Eigen::Map<matrix<T>, 0, Stride> C(c, m, n, Stride(std::max<Index>(ldc, 1)));
+    if (m == 0 || n == 0) return;
+#if defined(SHARDALG_HAVE_BLAS)
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      const auto k = static_cast<int>(a.cols);
+      if (k == 0) {
+        if (beta == T(0)) C.setZero();
+        else C *= beta;
+        return;
+      }
+      const auto ta = a.trans ? CblasTrans : CblasNoTrans, tb = b.trans ? CblasTrans : CblasNoTrans;
+      const auto lda = static_cast<int>(std::max<Index>(1, a.ld)), ldb = static_cast<int>(std::max<Index>(1, b.ld));
+      const auto mi = static_cast<int>(m), ni = static_cast<int>(n), ldci = static_cast<int>(std::max<Index>(ldc, 1));
+      if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, ta, tb, mi, ni, k, alpha, a.data, lda, b.data, ldb, beta, c, ldci);
+      else
+        cblas_dgemm(CblasRowMajor, ta, tb, mi, ni, k, alpha, a.data, lda, b.data, ldb, beta, c, ldci);
+      return;
+    }
+#endif
+    using Map = Eigen::Map<const matrix<T>, 0, Stride>;
+    const Map A(a.data, a.trans ? a.cols : a.rows, a.trans ? a.rows : a.cols, Stride(std::max<Index>(a.ld, 1)));
+    const Map B(b.data, b.trans ? b.cols : b.rows, b.trans ? b.rows : b.cols, Stride(std::max<Index>(b.ld, 1)));
+    if (beta == T(0)) C.setZero();
+    else if (beta != T(1)) C *= beta;
+    // Eigen dispatches each combination to its GEMM kernel with transpose flags: no copies.
+    if (!a.trans && !b.trans) C.noalias() += alpha * (A * B);
+    else if (a.trans && !b.trans) C.noalias() += alpha * (A.transpose() * B);
+    else if (!a.trans && b.trans) C.noalias() += alpha * (A * B.transpose());
+    else C.noalias() += alpha * (A.transpose() * B.transpose());
+  }
+
+  /// [rows, P·w] → P blocks [rows, w] stacked: block s is columns [s·w, (s+1)·w).
+  template <class T>
+  static matrix<T> pack_col_blocks(const matrix<T>& x, int p) {
+    const Index w = x.cols() / p, r = x.rows();
+    matrix<T> out(p * r, w);
+    for (int s = 0; s < p; ++s) out.middleRows(s * r, r) = x.middleCols(s * w, w);
+    return out;
+  }
+  /// The inverse of pack_col_blocks: P stacked blocks [rows, w] → [rows, P·w].
+  template <class T>
+  static matrix<T> unpack_col_blocks(const matrix<T>& stacked, int p) {
+    const Index r = stacked.rows() / p, w = stacked.cols();
+    matrix<T> out(r, p * w);
+    for (int s = 0; s < p; ++s) out.middleCols(s * w, w) = stacked.middleRows(s * r, r);
+    return out;
+  }
+
+  /// The block as a host (Eigen) matrix: the identity here; a device backend downloads.
+  template <class T>
+  static const matrix<T>& to_host(const matrix<T>& m) {
+    return m;
+  }
+
+  /// f applied elementwise; a functor with a `cpu_apply(in, out, n)` for this element type (a
+  /// contiguous kernel: nn::GeluTanh on float, backend/cpu/simd.hpp) runs that, one with an `array(x)`
+  /// form (a whole-array expression) runs vectorised by Eigen.
+  template <class T, class F>
+  static matrix<T> map(const matrix<T>& x, F f) {
+    if constexpr (requires(T* out) { f.cpu_apply(x.data(), out, x.size()); }) {
+      matrix<T> y(x.rows(), x.cols());
+      f.cpu_apply(x.data(), y.data(), x.size());
+      return y;
+    } else if constexpr (requires { f.array(x.array()); }) return f.array(x.array()).matrix();
+    else return x.unaryExpr(f);
+  }
+  /// Each element converted to U (static_cast semantics).
+  template <class U, class T>
+  static matrix<U> cast(const matrix<T>& x) {
+    return x.template cast<U>();
+  }
+  template <class T, class F>
+  static matrix<T> zip(const matrix<T>& x, const matrix<T>& y, F f) {
+    return x.binaryExpr(y, f);
+  }
+  /// [1, K]: Σ over rows. float and double stream the rows in Eigen's order (Eigen's bits, one
+  /// sweep of memory: backend/cpu/col_sum_order.hpp).
+  template <class T>
+  static matrix<T> col_sum(const matrix<T>& x) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      matrix<T> s(1, x.cols());
+      ColSumOrder<T>::sum(x.data(), x.rows(), x.cols(), x.cols(), s.data());
+      return s;
+    } else {
+      // Of an empty block, zeros: Eigen's partial reduction of a matrix with no data offsets a
+      // null pointer (undefined behaviour; UBSan reports it).
+      if (x.size() == 0) return matrix<T>::Zero(1, x.cols());
+      return x.colwise().sum();
+    }
+  }
+  /// [I, 1]: Σ over columns (zeros of an empty block, as col_sum).
+  template <class T>
+  static matrix<T> row_sum(const matrix<T>& x) {
+    if (x.size() == 0) return matrix<T>::Zero(x.rows(), 1);
+    return x.rowwise().sum();
+  }
+  /// x + 1·b for a row vector b[1, K].
+  template <class T>
+  static matrix<T> add_row(const matrix<T>& x, const matrix<T>& b) {
+    return x.rowwise() + b.row(0);
+  }
+  /// Numerically stable softmax over each row.
+  template <class T>
+  static matrix<T> softmax_rows(const matrix<T>& x) {
+    matrix<T> y = (x.colwise() - x.rowwise().maxCoeff()).array().exp().matrix();
+    const auto s = y.rowwise().sum().eval();
+    for (Index i = 0; i < y.rows(); ++i) y.row(i) /= s(i);
+    return y;
+  }
+};
+
+}  // namespace shardalg

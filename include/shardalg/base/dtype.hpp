@@ -1,0 +1,77 @@
+// shardalg/base/dtype.hpp — element types as runtime tags, for untyped communicator buffers.
+#pragma once
+
+#include <cstddef>
+#include <concepts>
+#include <cstdint>
+#include <stdexcept>
+#include <string_view>
+
+namespace shardalg {
+
+enum class DType { f32, f64, i32, i64, bf16, f16 };
+
+namespace detail {
+template <class T>
+constexpr DType no_dtype() {
+  static_assert(sizeof(T) == 0, "shardalg: no DType for this element type; specialise shardalg::dtype_of");
+  return DType::f32;
+}
+}  // namespace detail
+
+/// The runtime tag of an element type. A backend that stores more types (the CUDA backend's
+/// bf16 and fp16) specialises this and `is_element_v`; any other type is a compile error.
+template <class T> inline constexpr DType dtype_of = detail::no_dtype<T>();
+template <> inline constexpr DType dtype_of<float> = DType::f32;
+template <> inline constexpr DType dtype_of<double> = DType::f64;
+template <> inline constexpr DType dtype_of<std::int32_t> = DType::i32;
+template <> inline constexpr DType dtype_of<std::int64_t> = DType::i64;
+
+/// The customisation point of `Element`: true for the types a Sharded tensor may hold.
+template <class T> inline constexpr bool is_element_v = false;
+template <> inline constexpr bool is_element_v<float> = true;
+template <> inline constexpr bool is_element_v<double> = true;
+template <> inline constexpr bool is_element_v<std::int32_t> = true;
+template <> inline constexpr bool is_element_v<std::int64_t> = true;
+
+template <class T>
+concept Element = is_element_v<T>;
+
+constexpr std::size_t size_of(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+    case DType::bf16: return 2;
+    case DType::f16: return 2;
+  }
+  return 0;
+}
+
+constexpr std::string_view to_string(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+  }
+  return "?";
+}
+
+/// Call `f.template operator()<T>()` with the C++ type of a host dtype.
+template <class F>
+decltype(auto) dispatch_host(DType t, F&& f) {
+  switch (t) {
+    case DType::f64: return f.template operator()<double>();
+    case DType::i32: return f.template operator()<std::int32_t>();
+    case DType::i64: return f.template operator()<std::int64_t>();
+    case DType::f32: return f.template operator()<float>();
+    default: break;
+  }
+  throw std::invalid_argument("shardalg: host collectives take f32, f64, i32 or i64; got a 16-bit type");
+}
+
+}  // namespace shardalg

@@ -1,0 +1,30 @@
+// shardalg/comm/reduce.hpp — the host arithmetic of a reduction across ranks, shared by the
+// thread world (comm/thread.hpp) and MpiComm's reproducible mode (comm/mpi.hpp), so that both add
+// in the same order with the same operations and give the same bits.
+#pragma once
+
+#include <cstddef>
+
+#include "shardalg/comm/communicator.hpp"
+
+namespace shardalg::detail {
+
+/// acc[i] := acc[i] ∘ x[i], one loop per operation so that each vectorises.
+template <class T>
+void accumulate(T* acc, const T* x, std::size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::max:
+      for (std::size_t i = 0; i < n; ++i) acc[i] = acc[i] < x[i] ? x[i] : acc[i];
+      break;
+    case ReduceOp::min:
+      for (std::size_t i = 0; i < n; ++i) acc[i] = x[i] < acc[i] ? x[i] : acc[i];
+      break;
+    default:
+      for (std::size_t i = 0; i < n; ++i) acc[i] += x[i];
+  }
+}
+
+/// Elements per tile of a reduction: the running sum stays in L1.
+inline constexpr std::size_t reduce_tile_bytes = 16384;
+
+}  // namespace shardalg::detail

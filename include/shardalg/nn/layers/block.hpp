@@ -1,0 +1,224 @@
+// shardalg/nn/layers/block.hpp — the pre-LN transformer block (no sequence parallelism):
+//
+//   X[R] → LN1 → A[R] → Attention → Z1[R] → dropout → + X → Y1[R]
+//   Y1[R] → LN2 → M[R] → MLP → Z2[R] → dropout → + Y1 → Y[R]
+//
+// (attn_dropout > 0: the attention also drops softmax probabilities, keyed by global head and
+// sequence: local, the same mask at every TP size; nn/layers/attention.hpp.)
+// LayerNorm, dropout and the residual adds run redundantly on every rank on replicated values;
+// only the two sub-layers communicate. Ledger, per block: forward 2 all_reduce of T·h (the g of
+// the attention projection and of fc2), backward 2 all_reduce of T·h (the f of the fused QKV and
+// of fc1), nothing else (with grouped-query attention whose groups are fewer than the ranks, the
+// backward adds the K/V replica sync, scope "kv_replica_sync").
+//
+// Backward: dY[R] → dropout → MLP (dX: Partial → all_reduce → R) → LN2 → + dY → dY1[R]
+//           dY1 → dropout → Attention (dX: Partial → all_reduce → R) → LN1 → + dY1 → dX[R]
+// The norm-weight gradients are R (the norms ran redundantly on replicated input), so every
+// parameter gradient goes to sgd_update as it is.
+#pragma once
+
+#include <optional>
+
+#include "shardalg/comm/communicator.hpp"
+#include "shardalg/nn/layers/attention.hpp"
+#include "shardalg/nn/layers/dropout.hpp"
+#include "shardalg/nn/layers/mlp.hpp"
+#include "shardalg/nn/layers/norm.hpp"
+
+namespace shardalg::nn {
+
+struct BlockConfig {
+  Index hidden = 0;
+  Index heads = 0;
+  Index groups = 0;  // 0: heads
+  Index seq = 0;
+  Index ffn = 0;
+  Activation act = Activation::gelu_tanh;
+  NormKind norm = NormKind::layer;
+  bool bias = true;
+  double eps = 1e-5;
+  double dropout = 0.0;  // hidden dropout after each sub-layer, before the residual add
+  std::uint64_t dropout_seed = 0;
+  std::uint32_t layer = 0;  // keys the dropout masks (and, through InitConfig, the weights)
+  double attn_dropout = 0.0;  // dropout on the attention probabilities (nn/layers/attention.hpp), same seed
+
+  [[nodiscard]] AttentionConfig attention() const {
+    return {hidden, heads, groups, seq, bias, attn_dropout, dropout_seed, layer};
+  }
+  [[nodiscard]] MlpConfig mlp() const { return {hidden, ffn, act, bias}; }
+};
+
+namespace detail {
+/// A scope label on the group's recorder, if it has one.
+inline RecorderScope maybe_scope(const Group& g, const char* label) { return shardalg::scope(g, label); }
+}  // namespace detail
+
+/// Dense masters for TransformerBlock::from_dense.
+template <class M>
+struct BlockMasters {
+  const M *ln1_gamma, *ln1_beta;
+  AttentionMasters<M> attn;
+  const M *ln2_gamma, *ln2_beta;
+  MlpMasters<M> mlp;
+};
+
+namespace detail {
+/// What the plain and the sequence-parallel block share: the parameters (two norms, attention,
+/// MLP), the two dropouts, and how they are made. `Derived` supplies `check` and the passes.
+template <class Derived, Element T, class B>
+class BlockParts {
+ public:
+  using Norm = LayerNorm<T, B>;
+  using Attn = Attention<T, B>;
+  using MlpT = Mlp<T, B>;
+
+  /// Megatron init: normal(0, std), residual output projections std/√(2L), zero biases, γ = 1.
+  /// Index-keyed, so the same parameters at every TP size.
+  static Derived init(const BlockConfig& c, const Group& g, InitConfig ic) {
+    Derived::check(c, g.size());
+    ic.layer = c.layer;
+    return Derived(c, Norm::init(c.hidden, c.norm, g, T(c.eps)), Attn::init(c.attention(), g, ic),
+                   Norm::init(c.hidden, c.norm, g, T(c.eps)), MlpT::init(c.mlp(), g, ic));
+  }
+
+  template <class M>
+  static Derived from_dense(const BlockConfig& c, const BlockMasters<M>& m, const Group& g) {
+    Derived::check(c, g.size());
+    constexpr std::string_view at = "TransformerBlock.from_dense";
+    detail::require_master(at, "ln1_gamma", m.ln1_gamma, true, 1, c.hidden);
+    detail::require_master(at, "ln2_gamma", m.ln2_gamma, true, 1, c.hidden);
+    return Derived(c, Norm::from_dense(*m.ln1_gamma, m.ln1_beta, c.norm, g, T(c.eps)),
+                   Attn::from_dense(c.attention(), m.attn, g),
+                   Norm::from_dense(*m.ln2_gamma, m.ln2_beta, c.norm, g, T(c.eps)), MlpT::from_dense(c.mlp(), m.mlp, g));
+  }
+
+  BlockParts(const BlockConfig& c, Norm ln1, Attn attn, Norm ln2, MlpT mlp)
+      : cfg_(c),
+        ln1_(std::move(ln1)),
+        attn_(std::move(attn)),
+        ln2_(std::move(ln2)),
+        mlp_(std::move(mlp)),
+        drop_attn_(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_attn)),
+        drop_mlp_(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_mlp)) {}
+
+  [[nodiscard]] const BlockConfig& config() const { return cfg_; }
+  [[nodiscard]] const Norm& ln1() const { return ln1_; }
+  [[nodiscard]] const Attn& attention() const { return attn_; }
+  [[nodiscard]] const Norm& ln2() const { return ln2_; }
+  [[nodiscard]] const MlpT& mlp() const { return mlp_; }
+  // Mutable access for optimizers and checkpoint loading (nn/models/gpt.hpp).
+  Norm& ln1() { return ln1_; }
+  Attn& attention() { return attn_; }
+  Norm& ln2() { return ln2_; }
+  MlpT& mlp() { return mlp_; }
+  /// The global row of this rank's first token (data parallelism: the replica's offset).
+  void set_dropout_row_base(Index base) {
+    drop_attn_.row_base = base;
+    drop_mlp_.row_base = base;
+    attn_.set_dropout_row_base(base);
+  }
+  /// The dropout masks' seed (vary it per step: a mask is a function of (seed, tensor, index)).
+  void set_dropout_seed(std::uint64_t seed) {
+    cfg_.dropout_seed = seed;
+    drop_attn_.seed = drop_mlp_.seed = seed;
+    attn_.set_dropout_seed(seed);
+  }
+
+  /// Plain SGD on every parameter. For the sequence-parallel block, handed its unreduced
+  /// gradients it does not compile: the norms' update refuses a Partial gradient ([shardalg.E130]).
+  template <class G>
+  void sgd(const G& g, T lr) {
+    ln1_.sgd(g.ln1, lr);
+    attn_.sgd(g.attn, lr);
+    ln2_.sgd(g.ln2, lr);
+    mlp_.sgd(g.mlp, lr);
+  }
+
+ protected:
+  BlockConfig cfg_;
+  Norm ln1_;
+  Attn attn_;
+  Norm ln2_;
+  MlpT mlp_;
+  Dropout drop_attn_, drop_mlp_;
+};
+}  // namespace detail
+
+template <Element T, class B = CpuBackend>
+class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B> {
+  using Parts = detail::BlockParts<TransformerBlock<T, B>, T, B>;
+  using Parts::attn_, Parts::drop_attn_, Parts::drop_mlp_, Parts::ln1_, Parts::ln2_, Parts::mlp_;
+
+ public:
+  using typename Parts::Attn;
+  using typename Parts::MlpT;
+  using typename Parts::Norm;
+  using Parts::Parts;
+  using Input = Sharded<T, Replicated, B>;
+
+  struct Cache {
+    typename Norm::template Cache<Replicated> ln1;
+    typename Attn::Cache attn;
+    typename Norm::template Cache<Replicated> ln2;
+    typename MlpT::Cache mlp;
+  };
+  struct Forward {
+    Input y;
+    Cache cache;
+  };
+  struct ParamGrads {
+    typename Norm::template ParamGrads<Replicated> ln1;
+    typename Attn::ParamGrads attn;
+    typename Norm::template ParamGrads<Replicated> ln2;
+    typename MlpT::ParamGrads mlp;
+  };
+  struct Grads {
+    Input dx;
+    ParamGrads params;
+  };
+
+  static void check(const BlockConfig& c, int p) {
+    Attn::check(c.attention(), p);
+    MlpT::check(c.mlp(), p);
+  }
+
+  Forward forward(const Input& x) const {
+    auto l1 = ln1_.forward(x);
+    auto a = [&] {
+      auto s = detail::maybe_scope(x.group(), "attn");
+      return attn_.forward(l1.y);
+    }();
+    Input y1 = drop_attn_.forward_add(x, a.z);  // x + dropout(z), one pass (backend/cpu/fused.hpp)
+    auto l2 = ln2_.forward(y1);
+    auto m = [&] {
+      auto s = detail::maybe_scope(x.group(), "mlp");
+      return mlp_.forward(l2.y);
+    }();
+    Input y = drop_mlp_.forward_add(y1, m.z);
+    return {std::move(y), Cache{std::move(l1.cache), std::move(a.cache), std::move(l2.cache), std::move(m.cache)}};
+  }
+
+  /// Overlap each f's backward all-reduce (QKV, fc1) with its weight-gradient GEMM.
+  void set_overlap(OverlapConfig o) {
+    attn_.set_overlap(o);
+    mlp_.set_overlap(o);
+  }
+
+  Grads backward(const Cache& c, const Input& dy) const {
+    auto gm = [&] {
+      auto s = detail::maybe_scope(dy.group(), "mlp");
+      return mlp_.backward(c.mlp, drop_mlp_.backward(dy));
+    }();
+    auto gl2 = ln2_.backward_add(c.ln2, gm.dx, dy);  // dY1 = dY + LN2′(dX_mlp), in LN2's sweep
+    Input dy1 = std::move(gl2.dx);
+    auto ga = [&] {
+      auto s = detail::maybe_scope(dy.group(), "attn");
+      return attn_.backward(c.attn, drop_attn_.backward(dy1));
+    }();
+    auto gl1 = ln1_.backward_add(c.ln1, ga.dx, dy1);  // dX = dY1 + LN1′(dX_attn)
+    return {std::move(gl1.dx),
+            {std::move(gl1.params), std::move(ga.params), std::move(gl2.params), std::move(gm.params)}};
+  }
+};
+
+}  // namespace shardalg::nn

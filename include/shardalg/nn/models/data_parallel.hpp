@@ -1,0 +1,344 @@
+// shardalg/nn/models/data_parallel.hpp — the GPT on a dp × tp mesh: data parallelism in the types.
+//
+//   Mesh mesh(world, {{"dp", 2}, {"tp", 2}});
+//   auto model = nn::DataParallelGpt<double>::init(cfg, mesh);     // cfg.batch: the global batch
+//   model.forward_backward(tokens, targets);                       // the global batch, every rank
+//   model.step(adam, 1.0);          // all_reduce<dp> per bucket, then Adam (every replica)
+//   model.step(sharded_adam, 1.0);  // ZeRO-1: reduce_scatter<dp>, Adam on a slice, all_gather<dp>
+//
+// Replica d (its dp coordinate) runs the tensor-parallel Gpt on its tp group, on sequences
+// [d·b/D, (d+1)·b/D) of the global batch b: the activations are X[dp:Row, tp:…]. Its dropout
+// masks are keyed by global token, so they are rows of the one-replica masks. The parameters are
+// R on dp; each replica's gradient is a summand of the global one (weighted by its share of the
+// counted targets), so it is typed G[dp:Partial, tp:L]:
+//
+//   nn::update(opt, info, W[tp:L], G[dp:Partial, tp:L])     compile error E130 (the forgotten sync)
+//   nn::update(opt, info, W[tp:L], all_reduce<dp>(G))       G[dp:R, tp:L]: the update every replica makes
+//
+// Communication per step on dp: one all_reduce of one value (the loss); then one all_reduce per
+// gradient bucket (nn/optim/grad_buckets.hpp), or one reduce_scatter and one all_gather per bucket with
+// the sharded optimizer (nn/optim/sharded_adam.hpp), plus its gradient norm (one all_reduce of two values
+// on dp). The tensor-parallel traffic is the Gpt's (nn/models/gpt.hpp), on the tp group.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "shardalg/mesh/collectives.hpp"
+#include "shardalg/nn/models/gpt.hpp"
+#include "shardalg/nn/optim/grad_buckets.hpp"
+#include "shardalg/nn/optim/sharded_adam.hpp"
+
+namespace shardalg::nn {
+
+/// The optimizer update with a gradient on a mesh: Partial on any axis is E130 (reduce it first);
+/// otherwise the update runs on the gradient's view onto its last axis (the parameter's group).
+template <class Opt, class T, class LP, class B, class... Os>
+auto update(Opt& opt, const ParamInfo& info, Sharded<T, LP, B>& w, const MeshSharded<T, Axes<Os...>, B>& g,
+            double scale = 1.0) {
+  if constexpr (((Os::layout::kind == LayoutKind::partial) || ...)) {
+    return diagnose<Diag::update_partial_grad, Opt>();
+  } else {
+    using Last = typename std::tuple_element_t<sizeof...(Os) - 1, std::tuple<Os...>>::axis;
+    return opt.update(info, w, view<Last>(g), scale);
+  }
+}
+
+template <Element T, class B = CpuBackend>
+class DataParallelGpt {
+ public:
+  using Model = Gpt<T, B>;
+  using Mat = typename B::template matrix<T>;
+  struct Options {
+    /// The most values one gradient bucket carries (0: one bucket per parameter).
+    std::size_t bucket_elements = std::size_t{1} << 16;
+  };
+
+  /// `global.batch` is the whole batch; the mesh needs axes dp and tp (any other axis of size 1).
+  /// Throws MeshError or DivisibilityError naming the values, and Gpt's own errors.
+  static DataParallelGpt init(const GptConfig& global, const Mesh& mesh, Options o = {}) {
+    using shardalg::detail::cat;
+    if (!mesh.has("dp") || !mesh.has("tp"))
+      throw MeshError(cat("DataParallelGpt: the mesh ", mesh.describe(), " needs the axes dp and tp"));
+    for (const auto& a : mesh.axes())
+      if (a.name != "dp" && a.name != "tp" && a.size != 1)
+        throw MeshError(cat("DataParallelGpt: axis ", a.name, " of size ", a.size, " is not supported (only dp and tp)"));
+    const int d = mesh.size("dp");
+    if (global.batch < 1 || global.batch % d != 0)
+      throw DivisibilityError(cat("DataParallelGpt: batch ", global.batch, " is not divisible by the dp size ", d));
+    GptConfig local = global;
+    local.batch = global.batch / d;
+    return DataParallelGpt(global, mesh, Model::init(local, mesh.group("tp")), o);
+  }
+
+  [[nodiscard]] Model& replica() { return model_; }
+  [[nodiscard]] const Model& replica() const { return model_; }
+  [[nodiscard]] const Mesh& mesh() const { return mesh_; }
+  [[nodiscard]] const GptConfig& config() const { return global_; }
+  /// The bucket plan (made at the first step; per this tensor-parallel rank's parameters).
+  [[nodiscard]] const BucketPlan& plan() {
+    ensure_plan();
+    return plan_;
+  }
+
+  /// Forward and backward on the global batch (the same on every rank); returns its mean loss.
+  T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
+    return run(tokens, targets, true);
+  }
+  /// The mean loss of the global batch only.
+  T loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
+    return run(tokens, targets, false);
+  }
+
+  /// All-reduce the gradients over dp, one all_reduce per bucket, and write the results back into
+  /// the replica's gradients: G[dp:Partial, tp:L] → all_reduce<dp> → G[dp:R, tp:L] → view<tp>.
+  /// step() does this itself; call it first to inspect the reduced gradients (grad_masters).
+  void reduce_gradients() {
+    require_grads();
+    if (reduced_) return;
+    ensure_plan();
+    const Group& dpg = mesh_.group("dp");
+    std::vector<Mat> reduced(plan_.buckets());
+    std::vector<Mat> flat;
+    for (Index n : plan_.elements) flat.push_back(Mat::Zero(1, n));
+    std::size_t k = 0;
+    {
+      auto sc = scope("dp.grads");
+      model_.visit([&](const ParamInfo&, auto&, const auto& g) {
+        const auto& s = plan_.slots[k++];
+        auto summand = stack<dp, Partial>(dpg, lift<tp>(weight_ * g));  // G[dp:Partial, tp:L]
+        pack(summand.local(), s, flat[s.bucket]);
+        if (k == plan_.slots.size() || plan_.slots[k].bucket != s.bucket) {  // the bucket is full
+          MeshSharded<T, Axes<On<dp, Partial>>, B> bucket(std::move(flat[s.bucket]), 1, plan_.elements[s.bucket], {dpg});
+          reduced[s.bucket] = all_reduce<dp>(bucket).local();  // → [dp:R]
+        }
+      });
+    }
+    k = 0;
+    model_.visit_grads([&](const ParamInfo&, auto&, auto& g) {
+      using G = std::remove_cvref_t<decltype(g)>;
+      const auto& s = plan_.slots[k++];
+      typename G::local_type local(s.rows, s.cols);
+      unpack(reduced[s.bucket], s, local);
+      auto whole = stack<dp, Replicated>(dpg, lift<tp>(G(std::move(local), g.rows(), g.cols(), g.group())));
+      g = view<tp>(std::move(whole));  // only a G[dp:R] views onto tp (E164 for G[dp:Partial])
+    });
+    reduced_ = true;
+  }
+  /// The gradients reduced over dp, as logical tensors (gathers over tp): the whole batch's.
+  Masters grad_masters() {
+    reduce_gradients();
+    return model_.grad_masters();
+  }
+
+  /// Reduce the gradients over dp (reduce_gradients), then clip by the global norm and update with
+  /// `opt` (Adam, Sgd) on every replica: Gpt::step on the reduced gradients. Returns the norm
+  /// before clipping; a non-finite norm skips the step.
+  template <class Opt>
+  double step(Opt& opt, double max_grad_norm = 0.0) {
+    reduce_gradients();
+    reduced_ = false;
+    return model_.step(opt, max_grad_norm);
+  }
+
+  /// ZeRO-1: per bucket, reduce_scatter<dp> the gradients, update this rank's slice with Adam
+  /// (its moments only), all_gather<dp> the parameters. The same norm, clipping and skip rule.
+  double step(ShardedAdam<T, B>& opt, double max_grad_norm = 0.0) {
+    require_grads();
+    ensure_plan();
+    const Group& dpg = mesh_.group("dp");
+    const int d = dpg.size(), r = dpg.rank();
+    if (!opt.bound()) opt.bind(plan_, d, r);
+    if (reduced_)
+      throw ShapeError("DataParallelGpt: the gradients are already all-reduced (reduce_gradients); the sharded "
+                       "optimizer reduce-scatters them itself: step it before reducing");
+    std::vector<Mat> flat, gslice(plan_.buckets());
+    for (Index n : plan_.padded) flat.push_back(Mat::Zero(1, n));  // zeros in the padding
+    std::size_t k = 0;
+    {
+      auto sc = scope("dp.grads");
+      model_.visit([&](const ParamInfo&, auto&, const auto& g) {
+        const auto& s = plan_.slots[k++];
+        auto summand = stack<dp, Partial>(dpg, lift<tp>(weight_ * g));  // G[dp:Partial, tp:L]
+        pack(summand.local(), s, flat[s.bucket]);
+        if (k == plan_.slots.size() || plan_.slots[k].bucket != s.bucket) {
+          MeshSharded<T, Axes<On<dp, Partial>>, B> bucket(std::move(flat[s.bucket]), 1, plan_.padded[s.bucket], {dpg});
+          gslice[s.bucket] = reduce_scatter<dp, ColSharded>(bucket).local();  // → [dp:C]: my slice
+        }
+      });
+    }
+    const double norm = sliced_norm(gslice);
+    if (!std::isfinite(norm)) {
+      model_.end_step(false);
+      return norm;
+    }
+    const double scale = clip_factor(norm, max_grad_norm);
+    opt.begin_step();
+    // Parameters: every replica holds them all; each updates its slice, then all_gather<dp>.
+    std::vector<Mat> params;
+    for (Index n : plan_.padded) params.push_back(Mat::Zero(1, n));
+    k = 0;
+    model_.visit_params([&](const ParamInfo&, const TensorMap&, auto& w) {
+      const auto& s = plan_.slots[k++];
+      pack(w.local(), s, params[s.bucket]);
+    });
+    std::vector<Mat> gathered(plan_.buckets());
+    {
+      auto sc = scope("dp.params");
+      for (std::size_t b = 0; b < plan_.buckets(); ++b) {
+        const Index len = plan_.padded[b] / d;
+        Mat mine = params[b].middleCols(r * len, len);
+        opt.update_slice(b, plan_, mine.data(), gslice[b].data(), scale);
+        MeshSharded<T, Axes<On<dp, ColSharded>>, B> slice(std::move(mine), 1, plan_.padded[b], {dpg});
+        gathered[b] = all_gather<dp>(slice).local();  // → [dp:R]
+      }
+    }
+    k = 0;
+    model_.visit_params([&](const ParamInfo&, const TensorMap&, auto& w) {
+      const auto& s = plan_.slots[k++];
+      unpack(gathered[s.bucket], s, w.local());
+    });
+    model_.end_step(true);
+    return norm;
+  }
+
+  /// The logical masters (any mesh can load them).
+  Masters masters() { return model_.masters(); }
+  void load(const Masters& m) { model_.load(m); }
+  /// The sharded optimizer's moments as logical masters ("m." / "v."), like Gpt::optimizer_masters
+  /// of an Adam: gathered over dp (verification-class traffic), so any mesh can load them.
+  Masters optimizer_masters(ShardedAdam<T, B>& opt) { return model_.optimizer_masters(full_adam(opt)); }
+  template <class Opt>
+  Masters optimizer_masters(const Opt& opt) {
+    return model_.optimizer_masters(opt);
+  }
+  /// Load moments written at any mesh into the sharded optimizer (this rank keeps its slices).
+  void load_optimizer(ShardedAdam<T, B>& opt, const Masters& in) {
+    ensure_plan();
+    Adam<T, B> full(opt.options());
+    model_.load_optimizer(full, in);
+    const Group& dpg = mesh_.group("dp");
+    opt.bind(plan_, dpg.size(), dpg.rank());
+    for (std::size_t b = 0; b < plan_.buckets(); ++b) {
+      Mat fm = Mat::Zero(1, plan_.padded[b]), fv = Mat::Zero(1, plan_.padded[b]);
+      for (const auto& s : plan_.slots) {
+        if (s.bucket != b) continue;
+        auto it = full.state().find(s.name);
+        if (it == full.state().end()) continue;
+        pack(it->second.m, s, fm);
+        pack(it->second.v, s, fv);
+      }
+      const Index len = plan_.padded[b] / dpg.size();
+      opt.m()[b] = fm.middleCols(dpg.rank() * len, len);
+      opt.v()[b] = fv.middleCols(dpg.rank() * len, len);
+    }
+  }
+  template <class Opt>
+  void load_optimizer(Opt& opt, const Masters& in) {
+    model_.load_optimizer(opt, in);
+  }
+
+ private:
+  DataParallelGpt(const GptConfig& global, const Mesh& mesh, Model m, Options o)
+      : global_(global), mesh_(mesh), model_(std::move(m)), opt_(o) {}
+
+  T run(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward) {
+    using shardalg::detail::cat;
+    const Index total = global_.batch * global_.seq;
+    if (static_cast<Index>(tokens.size()) != total || static_cast<Index>(targets.size()) != total)
+      throw ShapeError(cat("DataParallelGpt: ", tokens.size(), " tokens and ", targets.size(), " targets for a global batch of ",
+                           global_.batch, " × ", global_.seq, " = ", total));
+    const Group& dpg = mesh_.group("dp");
+    const Index per = total / dpg.size(), t0 = dpg.rank() * per;
+    // Replica d's share of the mean: its counted targets over all counted targets.
+    Index all = 0, mine = 0;
+    for (Index i = 0; i < total; ++i) {
+      const bool counted = targets[static_cast<std::size_t>(i)] != global_.ignore_index;
+      all += counted;
+      mine += counted && i >= t0 && i < t0 + per;
+    }
+    weight_ = all > 0 ? static_cast<T>(mine) / static_cast<T>(all) : T(0);
+    model_.set_token_offset(t0);
+    if (backward) reduced_ = false;
+    const auto tk = tokens.subspan(static_cast<std::size_t>(t0), static_cast<std::size_t>(per));
+    const auto tg = targets.subspan(static_cast<std::size_t>(t0), static_cast<std::size_t>(per));
+    T l = backward ? model_.forward_backward(tk, tg) : model_.loss(tk, tg);
+    // The global mean Σ_d w_d · mean_d: one all_reduce of one value over dp.
+    T x = weight_ * l;
+    auto sc = scope("dp.loss");
+    Group g = dpg;
+    g.all_reduce(&x, 1, ReduceOp::sum, CallInfo{"Partial", "R"});
+    return x;
+  }
+
+  /// √(Σ_tp Σ_dp sharded + Σ_dp replicated) over this rank's gradient slices: one all_reduce of
+  /// two values on dp, then one of one value on tp (Gpt's norm rule, nn/optim/optim.hpp).
+  double sliced_norm(const std::vector<Mat>& gslice) {
+    const Group& dpg = mesh_.group("dp");
+    const int d = dpg.size(), r = dpg.rank();
+    double acc[2] = {0, 0};  // sharded, replicated
+    for (const auto& s : plan_.slots) {
+      const Index len = plan_.padded[s.bucket] / d, lo = r * len;
+      const Index a = std::max(lo, s.offset), e = std::min(lo + len, s.offset + s.size());
+      for (Index i = a; i < e; ++i) {
+        const double x = static_cast<double>(gslice[s.bucket].data()[i - lo]);
+        const Index col = s.col0 + (i - s.offset) % s.cols;
+        acc[s.replicated ? 1 : 0] += (s.col_weight ? s.col_weight(col) : 1.0) * x * x;
+      }
+    }
+    auto sc = scope("grad_norm");
+    if (d > 1) {
+      Group g = dpg;
+      g.all_reduce(acc, 2, ReduceOp::sum, CallInfo{"Partial", "R"});
+    }
+    Group t = mesh_.group("tp");
+    if (t.size() > 1) t.all_reduce(acc, 1, ReduceOp::sum, CallInfo{"Partial", "R"});
+    return std::sqrt(acc[0] + acc[1]);
+  }
+
+  void ensure_plan() {
+    if (!plan_.slots.empty()) return;
+    plan_.bucket_elements = opt_.bucket_elements;
+    plan_.pad_to = mesh_.size("dp");
+    model_.visit_params([&](const ParamInfo& info, const TensorMap&, auto& w) { plan_.add(slot_of(info, w)); });
+  }
+  void require_grads() const {
+    if (!model_.grads()) throw ShapeError("DataParallelGpt: step() without gradients; call forward_backward first");
+  }
+  RecorderScope scope(const std::string& label) const { return shardalg::scope(mesh_.world(), label); }
+  /// The whole moments of this tp rank's parameters, gathered over dp into an Adam's state.
+  Adam<T, B> full_adam(const ShardedAdam<T, B>& opt) {
+    ensure_plan();
+    Adam<T, B> full(opt.options());
+    full.set_step_count(opt.step_count());
+    if (!opt.bound()) return full;
+    Group dpg = mesh_.group("dp");
+    for (std::size_t b = 0; b < plan_.buckets(); ++b) {
+      Mat fm(1, plan_.padded[b]), fv(1, plan_.padded[b]);
+      const auto n = static_cast<std::size_t>(opt.m()[b].size());
+      dpg.all_gather(opt.m()[b].data(), fm.data(), n, CallInfo{"C", "R", true});
+      dpg.all_gather(opt.v()[b].data(), fv.data(), n, CallInfo{"C", "R", true});
+      for (const auto& s : plan_.slots) {
+        if (s.bucket != b) continue;
+        typename Adam<T, B>::Moments mo{Mat(s.rows, s.cols), Mat(s.rows, s.cols)};
+        unpack(fm, s, mo.m);
+        unpack(fv, s, mo.v);
+        full.state()[s.name] = std::move(mo);
+      }
+    }
+    return full;
+  }
+
+  GptConfig global_;
+  Mesh mesh_;
+  Model model_;
+  Options opt_;
+  BucketPlan plan_;
+  T weight_ = T(1);
+  bool reduced_ = false;  // the replica's gradients hold G[dp:R] (reduce_gradients)
+};
+
+}  // namespace shardalg::nn

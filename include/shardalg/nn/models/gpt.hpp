@@ -1,0 +1,601 @@
+// shardalg/nn/models/gpt.hpp — a GPT: vocabulary-parallel embedding → N pre-LN blocks → final norm →
+// tied LM head → fused vocabulary-parallel cross-entropy; with or without sequence parallelism.
+//
+//   without SP                                   with SP (tokens split between blocks)
+//   ids → E[Row] lookup → Partial → all_reduce   ids → E[Row] lookup → Partial → reduce_scatter
+//       → X[R] → dropout                             → X[Row] → dropout
+//   TransformerBlock × N: X[R] → X[R]             SequenceParallelBlock × N: X[Row] → X[Row]
+//   final norm on X[R]                            final norm on X[Row] (γ, β gradients Partial)
+//   logits[C] = X[R] · Eᵀ[C]                      all_gather → X[R] → logits[C]
+//   loss: all_reduce(max) of T, all_reduce(sum) of 2T (3T with label smoothing)
+//
+// `forward_backward(tokens, targets)` returns the mean loss and keeps every gradient, reduced
+// where the layout demands it (under SP: one all_reduce of 2h per norm, scope "grads"), so that
+// `step(optimizer, max_grad_norm)` can clip by the global norm (one scalar all_reduce) and update
+// every shard locally. All parameters are keyed by their global index (nn/layers/init.hpp), the dropout
+// masks too, so the model — and its whole training run — is the same at every TP size, with or
+// without SP, up to floating-point summation order (tests/gpt/test_gpt.cpp asserts the curves).
+//
+// Parameters are enumerated with their logical names (`visit`), and a dense, TP-independent
+// view of them — the logical master tensors, unfused and unpadded — is `masters()`; `load()`
+// reads it back at any TP size (nn/train/checkpoint.hpp writes it to disk).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "shardalg/bridge/dense.hpp"
+#include "shardalg/nn/layers/block.hpp"
+#include "shardalg/nn/layers/cross_entropy.hpp"
+#include "shardalg/nn/layers/embedding.hpp"
+#include "shardalg/nn/optim/optim.hpp"
+#include "shardalg/nn/layers/sp_block.hpp"
+
+namespace shardalg::nn {
+
+/// Tensor kind of the dropout on the embedding output (`tensor_id(0, kind)`; the embedding
+/// weight is kind 24).
+inline constexpr TensorKind embedding_dropout_kind = static_cast<TensorKind>(25);
+
+struct GptConfig {
+  Index vocab = 256;
+  Index hidden = 64;
+  Index heads = 4;
+  Index groups = 0;  // query groups (GQA); 0: heads
+  Index ffn = 0;     // 0: 4·hidden
+  Index layers = 2;
+  Index seq = 32;
+  Index batch = 4;
+  Activation activation = Activation::gelu_tanh;
+  NormKind norm = NormKind::layer;
+  bool bias = true;
+  double eps = 1e-5;
+  double dropout = 0.0;  // after the embedding and after each sub-layer
+  double attn_dropout = 0.0;  // on the attention probabilities (nn/layers/attention.hpp)
+  bool sp = false;       // sequence parallelism
+  std::uint64_t seed = 1234;
+  double init_std = 0.02;
+  Index vocab_divisor = 128;  // pad the vocabulary to a multiple of vocab_divisor · TP
+  double label_smoothing = 0.0;  // PyTorch's ε: target 1 − ε + ε/V, the others ε/V (nn/layers/cross_entropy.hpp)
+  std::int64_t ignore_index = -100;
+
+  [[nodiscard]] Index ffn_size() const { return ffn > 0 ? ffn : 4 * hidden; }
+  [[nodiscard]] Index tokens() const { return batch * seq; }
+  [[nodiscard]] BlockConfig block(std::uint32_t layer) const {
+    BlockConfig c;
+    c.hidden = hidden;
+    c.heads = heads;
+    c.groups = groups;
+    c.seq = seq;
+    c.ffn = ffn_size();
+    c.act = activation;
+    c.norm = norm;
+    c.bias = bias;
+    c.eps = eps;
+    c.dropout = dropout;
+    c.attn_dropout = attn_dropout;
+    c.dropout_seed = seed;
+    c.layer = layer;
+    return c;
+  }
+};
+
+/// Dense logical tensors by name (double, column-major): the TP-independent form of the model.
+using Masters = std::map<std::string, Eigen::MatrixXd>;
+
+/// How one physical parameter holds logical master tensors: its columns map to (part, column)
+/// (fused QKV, SwiGLU's gate|up), and only its first `rows` rows are real (the padded vocabulary).
+struct TensorMap {
+  std::vector<std::string> parts;
+  std::vector<Index> part_cols;
+  Index rows = 0;
+  std::function<LogicalCol(Index)> col;  // null: the identity onto parts[0]
+  [[nodiscard]] LogicalCol operator()(Index c) const { return col ? col(c) : LogicalCol{0, c}; }
+};
+
+template <Element T, class B = CpuBackend>
+class Gpt {
+ public:
+  using Emb = VocabParallelEmbedding<T, B>;
+  using Loss = VocabParallelCrossEntropy<T, B>;
+  using Norm = LayerNorm<T, B>;
+  using Plain = TransformerBlock<T, B>;
+  using Sp = SequenceParallelBlock<T, B>;
+  using BlockGrads = typename Plain::ParamGrads;  // = Sp::ReducedGrads
+  static_assert(std::is_same_v<BlockGrads, typename Sp::ReducedGrads>);
+
+  /// Every gradient, in its parameter's layout (nothing Partial).
+  struct Grads {
+    typename Emb::Weight de;  // lookup + head: the tied weight's whole gradient
+    std::vector<BlockGrads> blocks;
+    typename Norm::template ParamGrads<Replicated> final_norm;
+  };
+
+  /// Throws the layers' typed errors with their texts (heads or ffn not divisible by TP, …).
+  static void check(const GptConfig& c, int p) {
+    using shardalg::detail::cat;
+    if (c.layers < 1) throw ShapeError(cat("Gpt: ", c.layers, " layers; a model needs at least 1"));
+    if (c.batch < 1 || c.seq < 1)
+      throw ShapeError(cat("Gpt: batch ", c.batch, " and sequence length ", c.seq, " must be positive"));
+    if (c.hidden < 1) throw ShapeError(cat("Gpt: hidden size ", c.hidden, " must be positive"));
+    const Index vp = padded_vocab(c.vocab, c.vocab_divisor, p);  // vocabulary and divisor ≥ 1, no overflow
+    // Every size the model allocates, in bytes, must fit 64 bits: tokens × widest row × element size,
+    // and the padded embedding.
+    const Index widest = std::max({c.hidden, c.ffn_size() * (c.activation == Activation::swiglu ? 2 : 1), vp});
+    Index tokens = 0, elems = 0, bytes = 0, emb = 0, emb_bytes = 0;
+    if (__builtin_mul_overflow(c.batch, c.seq, &tokens) || __builtin_mul_overflow(tokens, widest, &elems) ||
+        __builtin_mul_overflow(elems, static_cast<Index>(sizeof(T)), &bytes) ||
+        __builtin_mul_overflow(vp, c.hidden, &emb) || __builtin_mul_overflow(emb, static_cast<Index>(sizeof(T)), &emb_bytes))
+      throw ShapeError(cat("Gpt: batch ", c.batch, " × seq ", c.seq, " tokens × ", widest, " values × ", sizeof(T),
+                           " bytes (or the ", vp, "x", c.hidden, " embedding) overflows 64-bit sizes"));
+    if (!(std::isfinite(c.eps) && c.eps > 0)) throw ShapeError(cat("Gpt: eps ", c.eps, " must be positive and finite"));
+    if (!(std::isfinite(c.init_std) && c.init_std >= 0))
+      throw ShapeError(cat("Gpt: init_std ", c.init_std, " must be finite and not negative"));
+    if (!(c.attn_dropout >= 0.0 && c.attn_dropout < 1.0))
+      throw ShapeError(cat("Gpt: attn_dropout ", c.attn_dropout, " is outside [0, 1)"));
+    Plain::check(c.block(0), p);                       // Attention: heads, groups; Mlp: ffn
+    if (c.sp) Sp::check_tokens(c.tokens(), p);
+    if (!(c.dropout >= 0.0 && c.dropout < 1.0))
+      throw ShapeError(cat("Gpt: dropout ", c.dropout, " is outside [0, 1)"));
+  }
+
+  /// Megatron's init, keyed by global index: normal(0, init_std), the residual output
+  /// projections at init_std/√(2·layers), zero biases, unit norm weights.
+  static Gpt init(const GptConfig& c, const Group& g) {
+    check(c, g.size());
+    return Gpt(c, g);
+  }
+  /// The model with the given logical masters (a checkpoint), at this group's TP size.
+  static Gpt from_masters(const GptConfig& c, const Masters& m, const Group& g) {
+    auto model = init(c, g);
+    model.load(m);
+    return model;
+  }
+
+  [[nodiscard]] const GptConfig& config() const { return cfg_; }
+  [[nodiscard]] const Group& group() const { return group_; }
+  [[nodiscard]] const Emb& embedding() const { return emb_; }
+  [[nodiscard]] const Norm& final_norm() const { return final_; }
+  [[nodiscard]] const std::vector<Plain>& blocks() const { return plain_; }
+  [[nodiscard]] const std::vector<Sp>& sp_blocks() const { return sp_; }
+  [[nodiscard]] const std::optional<Grads>& grads() const { return grads_; }
+  /// Optimizer steps taken (keys the dropout masks).
+  [[nodiscard]] long steps() const { return step_; }
+  /// Steps that step() skipped because the gradient norm was NaN or infinite (nothing applied).
+  [[nodiscard]] long skipped_steps() const { return skipped_; }
+  [[nodiscard]] bool last_step_skipped() const { return last_skipped_; }
+  /// Check every layer's output and every gradient for NaN and infinity (one verification
+  /// all-reduce of one integer per check; off by default, on in shardalg-verify): the first
+  /// non-finite value raises NonFiniteError on every rank, naming the layer and the first rank.
+  /// CPU backend only.
+  void check_finite(bool on) {
+    if (on && !std::is_same_v<B, CpuBackend>)
+      throw Error("Gpt: check_finite is implemented for the CPU backend only");
+    check_finite_ = on;
+  }
+  [[nodiscard]] bool checking_finite() const { return check_finite_; }
+  void set_steps(long s) { step_ = s; }
+  /// Data parallelism (nn/models/data_parallel.hpp): this replica's batch starts at global token `t0`
+  /// of the whole batch, so its dropout masks are those rows of the one-replica masks.
+  void set_token_offset(Index t0) {
+    drop_emb_.row_base = t0;
+    for (auto& b : plain_) b.set_dropout_row_base(t0);
+    for (auto& b : sp_) b.set_dropout_row_base(t0);
+  }
+  /// For an optimizer step applied outside step() (the data-parallel one): drop the gradients,
+  /// and count the step as taken (keys the next dropout masks) or as skipped (a non-finite norm).
+  void end_step(bool applied) {
+    grads_.reset();
+    last_skipped_ = !applied;
+    if (applied) ++step_;
+    else ++skipped_;
+  }
+  /// The dropout seed of the current step: a function of (seed, step) only.
+  [[nodiscard]] std::uint64_t dropout_seed() const {
+    return cfg_.seed ^ (0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(step_ + 1));
+  }
+
+  /// Overlap each block's f all-reduces (QKV, fc1) with their weight-gradient GEMMs
+  /// (ColumnParallelLinear::set_overlap). Sequence-parallel blocks end those backwards in a
+  /// reduce-scatter instead, which is not overlapped: for them this changes nothing.
+  void set_overlap(OverlapConfig o) {
+    for (auto& b : plain_) b.set_overlap(o);
+  }
+
+  /// Forward and backward on one batch (batch × seq tokens, batch-major, the same on every
+  /// rank); keeps the gradients for step(); returns the mean loss.
+  T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
+    check_batch(tokens, targets);
+    grads_.reset();
+    reseed();
+    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, true) : run<Replicated>(plain_, tokens, targets, true);
+  }
+  /// The same, and `inspect(embedding, stream, block_caches, final_norm, head, loss)` is called once
+  /// between the forward and the backward, when everything the backward needs is held: the
+  /// embedding's Forward (output and ids), the last block's output, the blocks' caches, the final
+  /// norm's, the head's and the loss's Forward. nn/train/measured_memory.hpp measures their bytes.
+  template <class Inspect>
+  T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, Inspect&& inspect) {
+    check_batch(tokens, targets);
+    grads_.reset();
+    reseed();
+    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, true, inspect)
+                   : run<Replicated>(plain_, tokens, targets, true, inspect);
+  }
+  /// The mean loss only (no gradients kept; the same communication as the forward).
+  T loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
+    check_batch(tokens, targets);
+    reseed();
+    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, false) : run<Replicated>(plain_, tokens, targets, false);
+  }
+
+  /// Clip by the global norm (max_grad_norm ≤ 0: no clipping), then one optimizer update of
+  /// every parameter. Returns the global gradient norm before clipping.
+  template <class Opt>
+  double step(Opt& opt, double max_grad_norm = 0.0) {
+    if (!grads_) throw ShapeError("Gpt: step() without gradients; call forward_backward first");
+    GradNorm gn;
+    visit([&](const ParamInfo& info, auto&, const auto& g) { gn.add(info, g); });
+    const double norm = gn.finish();
+    last_skipped_ = !std::isfinite(norm);
+    if (last_skipped_) {  // a NaN or Inf gradient: apply nothing, count it; the caller sees the norm
+      grads_.reset();
+      ++skipped_;
+      return norm;
+    }
+    const double scale = clip_factor(norm, max_grad_norm);
+    opt.begin_step();
+    visit([&](const ParamInfo& info, auto& w, const auto& g) { opt.update(info, w, g, scale); });
+    grads_.reset();
+    ++step_;
+    return norm;
+  }
+
+  /// f(info, parameter, gradient&) with the gradient mutable (data parallelism writes the reduced
+  /// gradient back: nn/models/data_parallel.hpp). Needs gradients.
+  template <class F>
+  void visit_grads(F&& f) {
+    if (!grads_) throw ShapeError("Gpt: visit_grads() without gradients; call forward_backward first");
+    visit_all(&*grads_, [&](const ParamInfo& i, const TensorMap&, auto& w, const auto* g) {
+      using G = std::remove_cvref_t<decltype(*g)>;
+      f(i, w, const_cast<G&>(*g));  // grads_ is this object's own, non-const storage
+    });
+  }
+  /// f(info, parameter, gradient) for every parameter (needs gradients).
+  template <class F>
+  void visit(F&& f) {
+    if (!grads_) throw ShapeError("Gpt: visit() without gradients; call forward_backward first");
+    visit_all(&*grads_, [&](const ParamInfo& i, const TensorMap&, auto& w, const auto* g) { f(i, w, *g); });
+  }
+  /// f(info, map, parameter) for every parameter.
+  template <class F>
+  void visit_params(F&& f) {
+    visit_all(nullptr, [&](const ParamInfo& i, const TensorMap& m, auto& w, const auto*) { f(i, m, w); });
+  }
+
+  /// The logical master tensors (gathers; every rank must call; every rank gets them).
+  Masters masters() {
+    Masters out;
+    visit_params([&](const ParamInfo&, const TensorMap& m, auto& w) { unmap(w, m, "", out); });
+    return out;
+  }
+  /// Load logical masters (from any TP size): each rank takes its shard by global index.
+  void load(const Masters& in) {
+    visit_params([&](const ParamInfo&, const TensorMap& m, auto& w) { w = remap(w, m, "", in); });
+  }
+  /// The gradients as logical tensors (gathered; needs gradients), e.g. for a dense check.
+  Masters grad_masters() {
+    Masters out;
+    if (!grads_) throw ShapeError("Gpt: grad_masters() without gradients; call forward_backward first");
+    visit_all(&*grads_, [&](const ParamInfo&, const TensorMap& m, auto&, const auto* g) { unmap(*g, m, "", out); });
+    return out;
+  }
+  template <class Opt>
+  static constexpr bool has_moments = requires(const Opt& o) { o.state().begin()->second.m; };
+
+  /// Optimizer state (Adam's moments, SGD's momentum) as logical masters, prefixed "m." / "v." /
+  /// "momentum."; a parameter without state yet is skipped.
+  template <class Opt>
+  Masters optimizer_masters(const Opt& opt) {
+    Masters out;
+    visit_params([&](const ParamInfo& i, const TensorMap& m, auto& w) {
+      using S = std::remove_cvref_t<decltype(w)>;
+      if constexpr (has_moments<Opt>) {
+        auto it = opt.state().find(i.name);
+        if (it == opt.state().end()) return;
+        unmap(S(it->second.m, w.rows(), w.cols(), w.group()), m, "m.", out);
+        unmap(S(it->second.v, w.rows(), w.cols(), w.group()), m, "v.", out);
+      } else {
+        auto it = opt.state().find(i.name);
+        if (it == opt.state().end()) return;
+        unmap(S(it->second, w.rows(), w.cols(), w.group()), m, "momentum.", out);
+      }
+    });
+    return out;
+  }
+  /// Load optimizer state written by optimizer_masters (at any TP size).
+  template <class Opt>
+  void load_optimizer(Opt& opt, const Masters& in) {
+    visit_params([&](const ParamInfo& i, const TensorMap& m, auto& w) {
+      if constexpr (has_moments<Opt>) {
+        if (!in.count("m." + m.parts.at(0))) return;
+        opt.state()[i.name] = {remap(w, m, "m.", in).local(), remap(w, m, "v.", in).local()};
+      } else {
+        if (!in.count("momentum." + m.parts.at(0))) return;
+        opt.state()[i.name] = remap(w, m, "momentum.", in).local();
+      }
+    });
+  }
+
+ private:
+  Gpt(const GptConfig& c, const Group& g)
+      : cfg_(c),
+        group_(g),
+        emb_(Emb::init(c.vocab, c.hidden, g, NormalInit{c.seed, c.init_std}, tensor_id(0, word_embedding_kind),
+                       c.vocab_divisor)),
+        final_(Norm::init(c.hidden, c.norm, g, T(c.eps))),
+        loss_(c.vocab, CrossEntropyOptions{c.ignore_index, c.label_smoothing}),
+        drop_emb_(c.dropout, c.seed, tensor_id(0, embedding_dropout_kind)) {
+    const InitConfig ic{c.seed, c.init_std, static_cast<int>(c.layers), 0};
+    for (Index l = 0; l < c.layers; ++l) {
+      if (c.sp) sp_.push_back(Sp::init(c.block(static_cast<std::uint32_t>(l)), g, ic));
+      else plain_.push_back(Plain::init(c.block(static_cast<std::uint32_t>(l)), g, ic));
+    }
+  }
+
+  void check_batch(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) const {
+    using shardalg::detail::cat;
+    if (static_cast<Index>(tokens.size()) != cfg_.tokens())
+      throw ShapeError(cat("Gpt: ", tokens.size(), " tokens, expected batch × seq = ", cfg_.batch, " × ", cfg_.seq,
+                           " = ", cfg_.tokens()));
+    if (targets.size() != tokens.size())
+      throw ShapeError(cat("Gpt: ", targets.size(), " targets for ", tokens.size(), " tokens"));
+  }
+
+  void reseed() {
+    const auto s = dropout_seed();
+    drop_emb_.seed = s;
+    for (auto& b : plain_) b.set_dropout_seed(s);
+    for (auto& b : sp_) b.set_dropout_seed(s);
+  }
+
+  RecorderScope scope(const std::string& label) const { return shardalg::scope(group_, label); }
+
+  /// The model on activations in layout L (R: plain blocks; Row: sequence-parallel blocks).
+  struct NoInspect {
+    void operator()(const auto&...) const {}
+  };
+
+  template <class L, class Blocks, class Inspect = NoInspect>
+  T run(Blocks& blocks, std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward,
+        Inspect&& inspect = {}) {
+    constexpr bool sp = std::is_same_v<L, RowSharded>;
+    using X = Sharded<T, L, B>;
+    using Cache = typename std::remove_cvref_t<decltype(blocks[0])>::Cache;
+    // ---- forward
+    auto fwd = scope("fwd");
+    auto ef = [&] {
+      auto s = scope("embedding");
+      if constexpr (sp) return emb_.forward_sp(tokens);
+      else return emb_.forward(tokens);
+    }();
+    finite("forward: embedding output", ef.y);
+    X x = drop_emb_.forward(ef.y);
+    std::vector<Cache> caches;
+    caches.reserve(blocks.size());
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      auto s = scope("layer" + std::to_string(i));
+      auto f = blocks[i].forward(x);
+      finite("forward: layer " + std::to_string(i) + " output", f.y);
+      x = std::move(f.y);
+      caches.push_back(std::move(f.cache));
+    }
+    auto fn = final_.forward(x);
+    finite("forward: final norm output", fn.y);
+    auto head = [&] {
+      auto s = scope("head");
+      if constexpr (sp) return emb_.logits_sp(fn.y);
+      else return emb_.logits(fn.y);
+    }();
+    auto l = [&] {
+      auto s = scope("loss");
+      return loss_.forward(head.logits, targets);
+    }();
+    finite("forward: logits", head.logits);
+    fwd.reset();
+    if (!backward) return l.mean;
+    inspect(std::as_const(ef), std::as_const(x), std::as_const(caches), std::as_const(fn), std::as_const(head),
+            std::as_const(l));
+    // ---- backward
+    auto bwd = scope("bwd");
+    auto dz = loss_.backward_mean(l.cache);  // local
+    auto hg = [&] {
+      auto s = scope("head");
+      if constexpr (sp) return emb_.logits_backward_sp(head.cache, dz);
+      else return emb_.logits_backward(head.cache, dz);
+    }();
+    finite("backward: head input gradient", hg.dx);
+    auto fg = final_.backward(fn.cache, hg.dx);
+    X dx = std::move(fg.dx);
+    std::vector<typename std::remove_cvref_t<decltype(blocks[0])>::ParamGrads> bgs(blocks.size());
+    for (std::size_t i = blocks.size(); i-- > 0;) {
+      auto s = scope("layer" + std::to_string(i));
+      auto g = blocks[i].backward(caches[i], dx);
+      finite("backward: layer " + std::to_string(i) + " input gradient", g.dx);
+      dx = std::move(g.dx);
+      bgs[i] = std::move(g.params);
+      caches[i] = Cache{};  // release as we go
+    }
+    dx = drop_emb_.backward(dx);
+    auto eg = [&] {
+      auto s = scope("embedding");
+      if constexpr (sp) return emb_.backward_sp(ef.cache, dx);
+      else return emb_.backward(ef.cache, dx);
+    }();
+    bwd.reset();
+    // ---- the gradients, in their parameters' layouts
+    Grads gr{hg.params.de + eg.de, {}, {}};
+    auto red = scope("grads");
+    if constexpr (sp) {
+      for (std::size_t i = 0; i < blocks.size(); ++i) gr.blocks.push_back(blocks[i].reduce_grads(std::move(bgs[i])));
+      auto s = scope("norm_grads");
+      gr.final_norm = Sp::reduce_norm(std::move(fg.params));  // Partial → R: 2h
+    } else {
+      gr.blocks = std::move(bgs);
+      gr.final_norm = std::move(fg.params);
+    }
+    grads_ = std::move(gr);
+    if (check_finite_)
+      visit([&](const ParamInfo& info, auto&, const auto& g) { finite("gradient of " + info.name, g); });
+    return l.mean;
+  }
+
+  /// The finite check of one tensor (nothing when off): every rank learns the lowest rank with a
+  /// NaN or Inf in its block, in one verification all-reduce, and all throw the same error.
+  template <class X>
+  void finite(const std::string& where, const X& x) const {
+    if constexpr (std::is_same_v<B, CpuBackend>) {
+      if (!check_finite_) return;
+      const auto& m = x.local();
+      const bool ok = m.size() == 0 || m.array().isFinite().all();
+      std::int32_t first = ok ? std::numeric_limits<std::int32_t>::max() : group_.rank();
+      Group g = group_;
+      g.all_reduce(&first, 1, ReduceOp::min, CallInfo{"-", "-", true});
+      if (first != std::numeric_limits<std::int32_t>::max())
+        throw NonFiniteError(shardalg::detail::cat("Gpt: a NaN or infinity first appears in the ", where, " (step ",
+                                                   step_, "), on rank ", first));
+    }
+  }
+
+  // ---- parameter enumeration ---------------------------------------------------------------
+  template <class F>
+  void visit_all(const Grads* g, F&& f) {
+    const Index h = cfg_.hidden;
+    f(ParamInfo{"embedding.weight", true, {}}, TensorMap{{"embedding"}, {h}, cfg_.vocab, {}}, emb_.weight(),
+      g ? &g->de : nullptr);
+    for (std::size_t i = 0; i < plain_.size(); ++i)
+      visit_block(plain_[i], g ? &g->blocks[i] : nullptr, "layers." + std::to_string(i) + ".", f);
+    for (std::size_t i = 0; i < sp_.size(); ++i)
+      visit_block(sp_[i], g ? &g->blocks[i] : nullptr, "layers." + std::to_string(i) + ".", f);
+    visit_norm(final_, g ? &g->final_norm : nullptr, "final_norm", f);
+  }
+
+  template <class F>
+  void visit_norm(Norm& n, const typename Norm::template ParamGrads<Replicated>* g, const std::string& name, F& f) {
+    const Index h = cfg_.hidden;
+    f(ParamInfo{name + ".gamma", false, {}}, TensorMap{{name + ".gamma"}, {h}, 1, {}}, n.gamma(),
+      g ? &g->dgamma : nullptr);
+    if (n.beta())
+      f(ParamInfo{name + ".beta", false, {}}, TensorMap{{name + ".beta"}, {h}, 1, {}}, *n.beta(),
+        g ? &*g->dbeta : nullptr);
+  }
+
+  template <class Blk, class F>
+  void visit_block(Blk& b, const BlockGrads* g, const std::string& pre, F& f) {
+    const Index h = cfg_.hidden, ffn = cfg_.ffn_size();
+    visit_norm(b.ln1(), g ? &g->ln1 : nullptr, pre + "ln1", f);
+    auto& at = b.attention();
+    const QkvLayout lay = at.layout();
+    const Index d = lay.head_dim, hq = cfg_.heads * d, hkv = lay.groups * d;
+    const auto qmap = [lay](Index c) { return lay(c); };
+    std::function<double(Index)> kvw;  // K/V copies on p/groups ranks count once in the norm
+    if (lay.replicated_kv()) {
+      const double w = static_cast<double>(lay.groups) / lay.p;
+      kvw = [lay, w](Index c) { return lay(c).part == 0 ? 1.0 : w; };
+    }
+    f(ParamInfo{pre + "attn.qkv.weight", true, kvw},
+      TensorMap{{pre + "attn.wq", pre + "attn.wk", pre + "attn.wv"}, {hq, hkv, hkv}, h, qmap}, at.qkv().weight(),
+      g ? &g->attn.qkv.dw : nullptr);
+    if (at.qkv().bias())
+      f(ParamInfo{pre + "attn.qkv.bias", false, kvw},
+        TensorMap{{pre + "attn.bq", pre + "attn.bk", pre + "attn.bv"}, {hq, hkv, hkv}, 1, qmap}, *at.qkv().bias(),
+        g ? &*g->attn.qkv.db : nullptr);
+    f(ParamInfo{pre + "attn.proj.weight", true, {}}, TensorMap{{pre + "attn.wo"}, {h}, hq, {}}, at.proj().weight(),
+      g ? &g->attn.proj.dw : nullptr);
+    if (at.proj().bias())
+      f(ParamInfo{pre + "attn.proj.bias", false, {}}, TensorMap{{pre + "attn.bo"}, {h}, 1, {}}, *at.proj().bias(),
+        g ? &*g->attn.proj.db : nullptr);
+    visit_norm(b.ln2(), g ? &g->ln2 : nullptr, pre + "ln2", f);
+    auto& mlp = b.mlp();
+    const bool glu = cfg_.activation == Activation::swiglu;
+    const SwigluFc1Map smap{ffn, group_.size()};
+    std::function<LogicalCol(Index)> fmap;
+    if (glu) fmap = [smap](Index c) { return smap(c); };
+    const std::vector<std::string> wparts = glu ? std::vector<std::string>{pre + "mlp.w1", pre + "mlp.w_up"}
+                                                : std::vector<std::string>{pre + "mlp.w1"};
+    const std::vector<std::string> bparts = glu ? std::vector<std::string>{pre + "mlp.b1", pre + "mlp.b_up"}
+                                                : std::vector<std::string>{pre + "mlp.b1"};
+    const std::vector<Index> widths = glu ? std::vector<Index>{ffn, ffn} : std::vector<Index>{ffn};
+    f(ParamInfo{pre + "mlp.fc1.weight", true, {}}, TensorMap{wparts, widths, h, fmap}, mlp.fc1().weight(),
+      g ? &g->mlp.fc1.dw : nullptr);
+    if (mlp.fc1().bias())
+      f(ParamInfo{pre + "mlp.fc1.bias", false, {}}, TensorMap{bparts, widths, 1, fmap}, *mlp.fc1().bias(),
+        g ? &*g->mlp.fc1.db : nullptr);
+    f(ParamInfo{pre + "mlp.fc2.weight", true, {}}, TensorMap{{pre + "mlp.w2"}, {h}, ffn, {}}, mlp.fc2().weight(),
+      g ? &g->mlp.fc2.dw : nullptr);
+    if (mlp.fc2().bias())
+      f(ParamInfo{pre + "mlp.fc2.bias", false, {}}, TensorMap{{pre + "mlp.b2"}, {h}, 1, {}}, *mlp.fc2().bias(),
+        g ? &*g->mlp.fc2.db : nullptr);
+  }
+
+  /// Physical sharded tensor → its logical parts (gathered; verification-class traffic).
+  template <class L>
+  static void unmap(const Sharded<T, L, B>& w, const TensorMap& m, const std::string& prefix, Masters& out) {
+    const auto full = to_dense(w);  // [rows, cols] physical, every rank
+    for (std::size_t k = 0; k < m.parts.size(); ++k)
+      out[prefix + m.parts[k]] = Eigen::MatrixXd::Zero(m.rows, m.part_cols[k]);
+    for (Index c = 0; c < w.cols(); ++c) {
+      const auto lc = m(c);
+      auto& dst = out[prefix + m.parts[static_cast<std::size_t>(lc.part)]];
+      for (Index r = 0; r < m.rows; ++r) dst(r, lc.col) = static_cast<double>(full(r, c));
+    }
+  }
+  /// Logical parts → this rank's block of a tensor shaped like `like`; rows ≥ m.rows are zero.
+  template <class L>
+  static Sharded<T, L, B> remap(const Sharded<T, L, B>& like, const TensorMap& m, const std::string& prefix,
+                                const Masters& in) {
+    using shardalg::detail::cat;
+    std::vector<const Eigen::MatrixXd*> parts;
+    for (std::size_t k = 0; k < m.parts.size(); ++k) {
+      auto it = in.find(prefix + m.parts[k]);
+      if (it == in.end()) throw ShapeError(cat("Gpt: checkpoint has no tensor ", prefix + m.parts[k]));
+      if (it->second.rows() != m.rows || it->second.cols() != m.part_cols[k])
+        throw ShapeError(cat("Gpt: checkpoint tensor ", prefix + m.parts[k], " is ", it->second.rows(), "x",
+                             it->second.cols(), ", expected ", m.rows, "x", m.part_cols[k]));
+      parts.push_back(&it->second);
+    }
+    return from_global<T, L, B>(like.rows(), like.cols(), like.group(), [&](Index r, Index c) {
+      if (r >= m.rows) return 0.0;
+      const auto lc = m(c);
+      return (*parts[static_cast<std::size_t>(lc.part)])(r, lc.col);
+    });
+  }
+
+  GptConfig cfg_;
+  Group group_;
+  Emb emb_;
+  std::vector<Plain> plain_;
+  std::vector<Sp> sp_;
+  Norm final_;
+  Loss loss_;
+  Dropout drop_emb_;
+  std::optional<Grads> grads_;
+  long step_ = 0;
+  long skipped_ = 0;
+  bool last_skipped_ = false;
+  bool check_finite_ = false;
+};
+
+}  // namespace shardalg::nn

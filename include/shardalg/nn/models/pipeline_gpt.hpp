@@ -1,0 +1,519 @@
+// shardalg/nn/models/pipeline_gpt.hpp — nn::Gpt cut into pipeline stages: one rank's model chunks on a
+// dp × pp × tp mesh, composed from the layer classes (embedding, blocks, final norm, tied head,
+// loss), for pipeline::Executor (it satisfies pipeline::StageModel).
+//
+//   Mesh mesh(world, {{"dp", 2}, {"pp", 2}, {"tp", 2}});
+//   auto lay = pipeline::parse_layout("Et|tL", 2, cfg.layers);           // which layers each stage holds
+//   auto model = nn::PipelineGpt<double>::init(cfg, lay, mesh);           // this rank's stages
+//   model.set_microbatches(nn::split_microbatches(x, y, cfg.seq, m), nn::LossScaling::tokens, n);
+//   pipeline::Executor<nn::PipelineGpt<double>> ex(mesh.group("pp"), pipeline::one_f_one_b(2, m), {});
+//   ex.run(model);
+//   double loss = model.finish();      // reductions; then model.grad_masters() / reduced_grads()
+//
+// Stage i of the layout (pp rank i mod PP, chunk i div PP) holds its layers in order:
+//
+//   E    ids → E[Row] lookup → Partial → all_reduce → X[R] (SP: reduce_scatter → X[Row]) → dropout
+//   t    TransformerBlock X[R] → X[R] (SP: SequenceParallelBlock X[Row] → X[Row])
+//   L    final norm; logits[C] = X[R]·Eᵀ[C] (SP: all_gather first); vocab-parallel cross-entropy
+//
+// and X[L] (L = R, or Row under SP) crosses to the next stage as it is (pipeline/p2p.hpp).
+//
+// Tied embeddings: the stage with E and the stage with L each hold a copy of E (the same values:
+// initialised by global index, or loaded from the same master). Their gradients — the lookup's
+// scatter-add and the head's dlogitsᵀ·X — are summed over the embedding group (pp ranks 0 and
+// PP − 1; Megatron-LM's embedding group) by one all_reduce, so both copies get the whole
+// gradient; on one rank the two parts are added locally.
+//
+// Backward. BW runs each layer's own backward (TransformerBlock::backward, …). B and W (zero-
+// bubble schedules) split it: B computes the input gradients and keeps each linear layer's output
+// gradient (nn/layers/split_backward.hpp), W the weight gradients from those and the forward caches; the
+// head's dE = dlogitsᵀ·X and the lookup's scatter-add go to W as well.
+//
+// finish(), after the run: under SP the norms' Partial gradients are all-reduced over tp (once,
+// after accumulating the micro-batches); the tied embedding over the embedding group; every
+// gradient over dp ("dp.grads"); the loss over pp and dp ("pp.loss"). The gradients are then the
+// whole global batch's (loss scaling: nn/models/pipeline_parts.hpp).
+//
+// Sequence lengths: a micro-batch of another length than the config's runs on copies of the
+// stage's blocks whose attention is configured for it (the same weights, copied once per length
+// and run: the attention's sequence length is part of its config).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "shardalg/mesh/mesh.hpp"
+#include "shardalg/nn/models/pipeline_parts.hpp"
+#include "shardalg/pipeline/stage_assignment.hpp"
+#include "shardalg/pipeline/p2p.hpp"
+
+namespace shardalg::nn {
+
+template <Element T, bool SP = false, class B = CpuBackend>
+class PipelineGpt {
+ public:
+  using L = std::conditional_t<SP, RowSharded, Replicated>;
+  using Act = Sharded<T, L, B>;
+  using Block = std::conditional_t<SP, SequenceParallelBlock<T, B>, TransformerBlock<T, B>>;
+  using Plain = TransformerBlock<T, B>;
+  using Emb = VocabParallelEmbedding<T, B>;
+  using Loss = VocabParallelCrossEntropy<T, B>;
+  using Norm = LayerNorm<T, B>;
+  using Logits = Sharded<T, ColSharded, B>;
+  using Grads = typename Plain::ParamGrads;  // every gradient in its parameter's layout
+
+  /// One stage: stage = chunk·PP + pp rank.
+  struct Chunk {
+    int stage = 0;
+    bool embedding = false, loss = false;
+    std::vector<Index> layers;  // global decoder ids
+    std::vector<Block> blocks;
+    std::map<Index, std::vector<Block>> by_seq;  // copies for other sequence lengths (this run)
+    std::optional<Emb> emb;                      // the stage with E, and the stage with L (tied)
+    std::optional<Norm> final_norm;
+    // gradients, accumulated over micro-batches (under SP the norms' still Partial)
+    std::vector<std::optional<typename Block::ParamGrads>> acc;
+    std::optional<typename Emb::Weight> demb;
+    std::optional<typename Norm::template ParamGrads<L>> dfinal;
+    // after finish()
+    std::vector<Grads> grads;
+    std::optional<typename Norm::template ParamGrads<Replicated>> final_grads;
+  };
+
+  /// What one (micro-batch, chunk) keeps from its F to its backward.
+  struct State {
+    std::optional<typename Emb::Cache> emb;
+    std::vector<typename Block::Cache> caches;
+    std::optional<typename Norm::template Cache<L>> fn;
+    std::optional<typename Emb::HeadCache> head;
+    std::optional<typename Loss::Cache> loss;
+    // kept by B for W
+    std::vector<std::optional<BlockWeightWork<Block>>> work;
+    std::optional<Act> demb_y;     // the embedding output's gradient (the lookup's scatter-add)
+    std::optional<Logits> dlogits;  // the head's dE = dlogitsᵀ·X
+  };
+
+  /// This rank's stages of `lay` (PP = lay.pp = the mesh's pp size; layers = cfg.layers),
+  /// initialised by global index as nn::Gpt, or from logical masters (Gpt's names). The mesh has
+  /// axes pp and tp, and optionally dp; collective over the pp group (the embedding group's split).
+  static PipelineGpt init(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh,
+                          const Masters* masters = nullptr) {
+    using shardalg::detail::cat;
+    if (!mesh.has("pp") || !mesh.has("tp"))
+      throw MeshError(cat("PipelineGpt: the mesh ", mesh.describe(), " needs the axes pp and tp"));
+    for (const auto& a : mesh.axes())
+      if (a.name != "dp" && a.name != "pp" && a.name != "tp" && a.size != 1)
+        throw MeshError(cat("PipelineGpt: axis ", a.name, " of size ", a.size, " is not supported (dp, pp, tp)"));
+    if (lay.pp != mesh.size("pp"))
+      throw pipeline::PipelineLayoutError(cat("pipeline layout \"", lay.text, "\" is for ", lay.pp,
+                                              " pipeline ranks, the mesh has pp = ", mesh.size("pp")));
+    if (lay.count(pipeline::LayerType::decoder) != c.layers)
+      throw pipeline::PipelineLayoutError(cat("pipeline layout \"", lay.text, "\": ", lay.count(pipeline::LayerType::decoder),
+                                              " decoder layers 't', the model has ", c.layers));
+    pipeline::check_buildable(lay);
+    Gpt<T, B>::check(c, mesh.size("tp"));
+    return PipelineGpt(c, lay, mesh, masters);
+  }
+
+  [[nodiscard]] const GptConfig& config() const { return cfg_; }
+  [[nodiscard]] const Mesh& mesh() const { return mesh_; }
+  [[nodiscard]] const std::vector<Chunk>& chunks() const { return chunks_; }
+  [[nodiscard]] int chunk_count() const { return static_cast<int>(chunks_.size()); }
+
+  /// The dropout masks' seed: nn::Gpt's for optimizer step `step` (the same masks).
+  void set_step(long step) {
+    seed_ = cfg_.seed ^ (0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(step + 1));
+    for (auto& ch : chunks_)
+      for (auto& b : ch.blocks) b.set_dropout_seed(seed_);
+  }
+
+  /// This replica's micro-batches for the next run. `global_count`: the counted targets of the
+  /// whole global batch (every replica), for LossScaling::tokens. Resets the gradients.
+  void set_microbatches(std::vector<MicroBatch> mbs, LossScaling scaling, Index global_count = 0) {
+    using shardalg::detail::cat;
+    const int t = tp().size();
+    for (std::size_t j = 0; j < mbs.size(); ++j) {
+      const auto& b = mbs[j];
+      if (b.seq < 1 || b.sequences < 1 || static_cast<Index>(b.tokens.size()) != b.rows() || b.targets.size() != b.tokens.size())
+        throw ShapeError(cat("PipelineGpt: micro-batch ", j, " has ", b.tokens.size(), " tokens and ", b.targets.size(),
+                             " targets for ", b.sequences, " sequences of ", b.seq));
+      if (SP && b.rows() % t != 0)
+        throw DivisibilityError(cat("PipelineGpt: micro-batch ", j, " has ", b.rows(),
+                                    " tokens, not divisible by tensor-parallel size ", t, " (sequence parallelism)"));
+    }
+    if (scaling == LossScaling::tokens && global_count < 1)
+      throw ShapeError(cat("PipelineGpt: per-token loss scaling needs the global batch's target count, got ", global_count));
+    mbs_ = std::move(mbs);
+    scaling_ = scaling;
+    global_count_ = global_count;
+    loss_ = T(0);
+    for (auto& ch : chunks_) {
+      ch.by_seq.clear();
+      ch.acc.assign(ch.blocks.size(), std::nullopt);
+      ch.demb.reset();
+      ch.dfinal.reset();
+      ch.grads.clear();
+      ch.final_grads.reset();
+    }
+  }
+
+  // ---- pipeline::StageModel ------------------------------------------------------------------
+  [[nodiscard]] Group tp() const { return mesh_.group("tp"); }
+  [[nodiscard]] pipeline::ActShape shape(int mb) const {
+    const auto& b = mbs_.at(static_cast<std::size_t>(mb));
+    return {b.seq, b.sequences, cfg_.hidden};
+  }
+
+  std::optional<Act> forward(int chunk, int mb, std::optional<Act> in, State& st) {
+    Chunk& ch = chunks_.at(static_cast<std::size_t>(chunk));
+    const MicroBatch& b = mbs_.at(static_cast<std::size_t>(mb));
+    Act x;
+    if (ch.embedding) {
+      auto s = scope(tp(), "embedding");
+      auto ef = [&] {
+        if constexpr (SP) return ch.emb->forward_sp(b.tokens);
+        else return ch.emb->forward(b.tokens);
+      }();
+      st.emb = std::move(ef.cache);
+      x = emb_dropout(b).forward(ef.y);
+    } else {
+      x = std::move(*in);
+    }
+    auto& blocks = blocks_for(ch, b.seq);
+    for (std::size_t k = 0; k < blocks.size(); ++k) {
+      auto s = scope(tp(), "layer" + std::to_string(ch.layers[k]));
+      blocks[k].set_dropout_row_base(b.row_base);
+      auto f = blocks[k].forward(x);
+      x = std::move(f.y);
+      st.caches.push_back(std::move(f.cache));
+    }
+    if (!ch.loss) return x;
+    auto fn = ch.final_norm->forward(x);
+    auto head = [&] {
+      auto s = scope(tp(), "head");
+      if constexpr (SP) return ch.emb->logits_sp(fn.y);
+      else return ch.emb->logits(fn.y);
+    }();
+    auto l = [&] {
+      auto s = scope(tp(), "loss");
+      return loss_fn_.forward(head.logits, b.targets);
+    }();
+    loss_ += scaling_ == LossScaling::tokens ? l.losses.local().sum() / static_cast<T>(global_count_)
+                                             : l.mean / static_cast<T>(mbs_.size() * static_cast<std::size_t>(dp_size()));
+    st.fn = std::move(fn.cache);
+    st.head = std::move(head.cache);
+    st.loss = std::move(l.cache);
+    return std::nullopt;
+  }
+
+  /// BW (`weights`) or B.
+  std::optional<Act> backward(int chunk, int mb, State& st, std::optional<Act> dy, bool weights) {
+    Chunk& ch = chunks_.at(static_cast<std::size_t>(chunk));
+    const MicroBatch& b = mbs_.at(static_cast<std::size_t>(mb));
+    Act g;
+    if (ch.loss) {
+      Logits dz = loss_grad(*st.loss);
+      st.loss.reset();
+      Act gx;
+      {
+        auto s = scope(tp(), "head");
+        if (weights) {
+          auto hg = [&] {
+            if constexpr (SP) return ch.emb->logits_backward_sp(*st.head, dz);
+            else return ch.emb->logits_backward(*st.head, dz);
+          }();
+          detail::add_to(ch.demb, std::optional(std::move(hg.params.de)));
+          gx = std::move(hg.dx);
+          st.head.reset();
+        } else {  // B: the input gradient only; dE = dlogitsᵀ·X waits for W
+          Sharded<T, Partial, B> dxp = matmul(dz, ch.emb->weight());  // dlogits[C]·E[Row] → Partial
+          if constexpr (SP) gx = adjoint::all_gather<RowSharded>(dxp);  // reduce_scatter T·h
+          else gx = adjoint::copy_to(std::move(dxp));                   // all_reduce T·h
+          st.dlogits = std::move(dz);
+        }
+      }
+      auto fg = ch.final_norm->backward(*st.fn, gx);  // γ, β gradients (column sums) here, in B
+      st.fn.reset();
+      if (ch.dfinal) detail::add_norm(*ch.dfinal, std::move(fg.params));
+      else ch.dfinal = std::move(fg.params);
+      g = std::move(fg.dx);
+    } else {
+      g = std::move(*dy);
+    }
+    auto& blocks = blocks_for(ch, b.seq);
+    st.work.resize(blocks.size());
+    for (std::size_t k = blocks.size(); k-- > 0;) {
+      auto s = scope(tp(), "layer" + std::to_string(ch.layers[k]));
+      blocks[k].set_dropout_row_base(b.row_base);
+      if (weights) {
+        auto gr = blocks[k].backward(st.caches[k], g);
+        g = std::move(gr.dx);
+        detail::add_block(ch.acc[k], std::move(gr.params));
+        st.caches[k] = {};
+      } else {
+        auto bi = backward_input(blocks[k], st.caches[k], g, b.row_base);
+        g = std::move(bi.dx);
+        st.work[k] = std::move(bi.work);
+      }
+    }
+    if (!ch.embedding) return g;
+    Act dye = emb_dropout(b).backward(g);
+    if (weights) embedding_grad(ch, *st.emb, dye);
+    else st.demb_y = std::move(dye);
+    return std::nullopt;
+  }
+
+  /// W: the weight gradients B left (blocks, the head's dE, the lookup's dE).
+  void weights(int chunk, int mb, State& st) {
+    Chunk& ch = chunks_.at(static_cast<std::size_t>(chunk));
+    const MicroBatch& b = mbs_.at(static_cast<std::size_t>(mb));
+    auto& blocks = blocks_for(ch, b.seq);
+    for (std::size_t k = blocks.size(); k-- > 0;) {
+      if (!st.work[k]) continue;
+      auto s = scope(tp(), "layer" + std::to_string(ch.layers[k]));
+      detail::add_block(ch.acc[k], backward_weights(blocks[k], st.caches[k], std::move(*st.work[k])));
+      st.work[k].reset();
+      st.caches[k] = {};
+    }
+    if (st.dlogits) {
+      auto s = scope(tp(), "head");
+      typename Emb::Weight de = matmul(transpose(*st.dlogits), st.head->x);  // dlogitsᵀ[Row]·X[R] → Row
+      detail::add_to(ch.demb, std::optional(std::move(de)));
+      st.dlogits.reset();
+      st.head.reset();
+    }
+    if (st.demb_y) {
+      embedding_grad(ch, *st.emb, *st.demb_y);
+      st.demb_y.reset();
+    }
+  }
+
+  [[nodiscard]] std::size_t bytes(const State& st) const {
+    using detail::pp::local_bytes;
+    std::size_t n = 0;
+    if (st.emb) n += st.emb->ids.size() * sizeof(std::int64_t);
+    for (const auto& c : st.caches) n += detail::pp::block_cache_bytes(c);
+    if (st.fn) n += local_bytes(st.fn->xhat) + detail::pp::matrix_bytes(st.fn->rstd);
+    if (st.head) n += local_bytes(st.head->x);
+    if (st.loss) n += local_bytes(st.loss->probs) + st.loss->targets.size() * sizeof(std::int64_t) + st.loss->active.size();
+    for (const auto& w : st.work)
+      if (w) n += w->bytes();
+    if (st.demb_y) n += local_bytes(*st.demb_y);
+    if (st.dlogits) n += local_bytes(*st.dlogits);
+    return n;
+  }
+
+  // ---- after the run ----------------------------------------------------------------------
+  /// Reduce the gradients and the loss (see the top of the file); returns the global batch's
+  /// loss, on every rank. Collective over the mesh.
+  T finish();
+
+  /// This rank's loss contribution before finish (the sum over its micro-batches on the last stage).
+  [[nodiscard]] T local_loss() const { return loss_; }
+  /// This rank's gradients under Gpt's logical names (after finish; gathers over tp): the
+  /// embedding on the stages that hold E, its layers, the final norm on the stage with L.
+  Masters grad_masters() const;
+
+ private:
+  PipelineGpt(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh, const Masters* m);
+
+  [[nodiscard]] int dp_size() const { return mesh_.has("dp") ? mesh_.size("dp") : 1; }
+  Dropout emb_dropout(const MicroBatch& b) const {
+    Dropout d(cfg_.dropout, seed_, tensor_id(0, embedding_dropout_kind));
+    d.row_base = b.row_base;
+    return d;
+  }
+  Logits loss_grad(const typename Loss::Cache& c) const {
+    if (scaling_ == LossScaling::microbatches)
+      return loss_fn_.backward_mean(c, T(1) / static_cast<T>(mbs_.size() * static_cast<std::size_t>(dp_size())));
+    auto g = B::template zeros<T>(c.probs.rows(), 1);
+    for (Index i = 0; i < g.rows(); ++i) g(i, 0) = T(1) / static_cast<T>(global_count_);
+    return loss_fn_.backward(c, Sharded<T, Replicated, B>(std::move(g), c.probs.rows(), 1, c.probs.group()));
+  }
+  void embedding_grad(Chunk& ch, const typename Emb::Cache& c, const Act& dy) {
+    auto s = scope(tp(), "embedding");
+    auto eg = [&] {
+      if constexpr (SP) return ch.emb->backward_sp(c, dy);  // all_gather T·h
+      else return ch.emb->backward(c, dy);
+    }();
+    detail::add_to(ch.demb, std::optional(std::move(eg.de)));
+  }
+  std::vector<Block>& blocks_for(Chunk& ch, Index seq);
+
+  GptConfig cfg_;
+  Mesh mesh_;
+  Group emb_group_;
+  std::vector<Chunk> chunks_;
+  Loss loss_fn_;
+  std::vector<MicroBatch> mbs_;
+  LossScaling scaling_ = LossScaling::microbatches;
+  Index global_count_ = 0;
+  std::uint64_t seed_ = 0;
+  T loss_ = T(0);
+};
+
+// ---- out of line ---------------------------------------------------------------------------
+
+template <Element T, bool SP, class B>
+PipelineGpt<T, SP, B>::PipelineGpt(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh,
+                                   const Masters* m)
+    : cfg_(c), mesh_(mesh), loss_fn_(c.vocab, CrossEntropyOptions{c.ignore_index, c.label_smoothing}) {
+  const Group& pp = mesh_.group("pp");
+  const Group& t = mesh_.group("tp");
+  const int r = pp.rank(), p = pp.size();
+  // Megatron-LM's embedding group: the first and the last pp rank (the stages with E and L).
+  emb_group_ = pp.split(r == 0 || r == p - 1 ? 0 : 1, r, "embedding");
+  const InitConfig ic{c.seed, c.init_std, static_cast<int>(c.layers), 0};
+  const auto master = [&](const std::string& n) -> const Eigen::MatrixXd* {
+    if (!m) return nullptr;
+    auto it = m->find(n);
+    if (it == m->end()) throw ShapeError(shardalg::detail::cat("PipelineGpt: the masters have no tensor ", n));
+    return &it->second;
+  };
+  for (int v = 0; v < lay.vpp; ++v) {
+    Chunk ch;
+    ch.stage = lay.stage_index(r, v);
+    for (auto type : lay.at(r, v)) {
+      ch.embedding = ch.embedding || type == pipeline::LayerType::embedding;
+      ch.loss = ch.loss || type == pipeline::LayerType::loss;
+    }
+    for (int id : lay.layer_ids(pipeline::LayerType::decoder, r, v)) {
+      ch.layers.push_back(id);
+      const BlockConfig bc = c.block(static_cast<std::uint32_t>(id));
+      ch.blocks.push_back(m ? Block::from_dense(bc, detail::block_masters(*m, id), t) : Block::init(bc, t, ic));
+    }
+    if (ch.embedding || ch.loss)
+      ch.emb.emplace(m ? Emb::from_dense(*master("embedding"), t, c.vocab_divisor)
+                       : Emb::init(c.vocab, c.hidden, t, NormalInit{c.seed, c.init_std}, tensor_id(0, word_embedding_kind),
+                                   c.vocab_divisor));
+    if (ch.loss) {
+      if (m) {
+        const auto* beta = c.norm == NormKind::layer ? master("final_norm.beta") : nullptr;
+        ch.final_norm.emplace(Norm::from_dense(*master("final_norm.gamma"), beta, c.norm, t, T(c.eps)));
+      } else {
+        ch.final_norm.emplace(Norm::init(c.hidden, c.norm, t, T(c.eps)));
+      }
+    }
+    chunks_.push_back(std::move(ch));
+  }
+  set_step(0);
+}
+
+template <Element T, bool SP, class B>
+auto PipelineGpt<T, SP, B>::blocks_for(Chunk& ch, Index seq) -> std::vector<Block>& {
+  if (seq == cfg_.seq) return ch.blocks;
+  auto it = ch.by_seq.find(seq);
+  if (it != ch.by_seq.end()) return it->second;
+  std::vector<Block> copies;
+  for (const auto& b : ch.blocks) {  // the same weights, the attention configured for `seq`
+    BlockConfig bc = b.config();
+    bc.seq = seq;
+    auto ac = b.attention().config();
+    ac.seq = seq;
+    typename Block::Attn at(ac, b.attention().layout(), b.attention().qkv(), b.attention().proj());
+    copies.emplace_back(bc, b.ln1(), std::move(at), b.ln2(), b.mlp());
+    copies.back().set_dropout_seed(seed_);
+  }
+  return ch.by_seq.emplace(seq, std::move(copies)).first->second;
+}
+
+template <Element T, bool SP, class B>
+T PipelineGpt<T, SP, B>::finish() {
+  using shardalg::detail::cat;
+  const Group& pp = mesh_.group("pp");
+  const int r = pp.rank(), p = pp.size();
+  // 1. Under SP the norms' gradients are Partial on tp: one all_reduce each (γ ‖ β).
+  for (auto& ch : chunks_) {
+    for (std::size_t k = 0; k < ch.blocks.size(); ++k) {
+      if (!ch.acc[k]) throw ShapeError(cat("PipelineGpt::finish: layer ", ch.layers[k], " has no gradient (run first)"));
+      if constexpr (SP) ch.grads.push_back(ch.blocks[k].reduce_grads(std::move(*ch.acc[k])));
+      else ch.grads.push_back(std::move(*ch.acc[k]));
+      ch.acc[k].reset();
+    }
+    if (ch.loss) {
+      if (!ch.dfinal) throw ShapeError("PipelineGpt::finish: the final norm has no gradient (run first)");
+      if constexpr (SP) {
+        auto s = scope(tp(), "norm_grads");
+        ch.final_grads = Block::reduce_norm(std::move(*ch.dfinal));
+      } else {
+        ch.final_grads = std::move(*ch.dfinal);
+      }
+      ch.dfinal.reset();
+    }
+  }
+  // 2. The tied embedding: lookup part (stage with E) + head part (stage with L).
+  Chunk* first = nullptr;
+  Chunk* last = nullptr;
+  for (auto& ch : chunks_) {
+    if (ch.embedding) first = &ch;
+    if (ch.loss) last = &ch;
+  }
+  if (first && last && first != last) {  // both on this rank (p = 1 with chunks): add locally
+    auto sum = *first->demb + *last->demb;
+    first->demb = sum;
+    last->demb = std::move(sum);
+  } else if (p > 1 && (first || last)) {
+    Chunk* ch = first ? first : last;
+    auto s = scope(pp, "pp.embedding_grads");
+    Group g = emb_group_;
+    g.all_reduce(ch->demb->local().data(), static_cast<std::size_t>(ch->demb->local().size()), dtype_of<T>,
+                 ReduceOp::sum, CallInfo{"Partial", "R"});
+  }
+  (void)r;
+  // 3. Data parallelism: every gradient is this replica's summand of the global batch's.
+  if (dp_size() > 1) {
+    Group d = mesh_.group("dp");
+    auto s = scope(d, "dp.grads");
+    const auto reduce = [&](auto& x) {
+      d.all_reduce(x.local().data(), static_cast<std::size_t>(x.local().size()), dtype_of<T>, ReduceOp::sum,
+                   CallInfo{"Partial", "R"});
+    };
+    const auto reduce_opt = [&](auto& x) {
+      if (x) reduce(*x);
+    };
+    for (auto& ch : chunks_) {
+      for (auto& g : ch.grads) {
+        reduce(g.ln1.dgamma), reduce_opt(g.ln1.dbeta), reduce(g.attn.qkv.dw), reduce_opt(g.attn.qkv.db);
+        reduce(g.attn.proj.dw), reduce_opt(g.attn.proj.db), reduce(g.ln2.dgamma), reduce_opt(g.ln2.dbeta);
+        reduce(g.mlp.fc1.dw), reduce_opt(g.mlp.fc1.db), reduce(g.mlp.fc2.dw), reduce_opt(g.mlp.fc2.db);
+      }
+      if (ch.demb && (ch.embedding || !first)) reduce(*ch.demb);  // one copy per rank is reduced …
+      if (ch.final_grads) reduce(ch.final_grads->dgamma), reduce_opt(ch.final_grads->dbeta);
+    }
+    if (first && last && first != last) last->demb = first->demb;  // … the other is the same tensor
+  }
+  // 4. The loss: on the last stage's ranks; summed over pp (the others hold 0) and dp.
+  T loss = loss_;
+  {
+    auto s = scope(pp, "pp.loss");
+    if (p > 1) {
+      Group g = pp;
+      g.all_reduce(&loss, 1, dtype_of<T>, ReduceOp::sum, CallInfo{"Partial", "R"});
+    }
+    if (dp_size() > 1) {
+      Group d = mesh_.group("dp");
+      d.all_reduce(&loss, 1, dtype_of<T>, ReduceOp::sum, CallInfo{"Partial", "R"});
+    }
+  }
+  return loss;
+}
+
+template <Element T, bool SP, class B>
+Masters PipelineGpt<T, SP, B>::grad_masters() const {
+  Masters out;
+  const int t = tp().size();
+  const QkvLayout lay{cfg_.heads, cfg_.groups == 0 ? cfg_.heads : cfg_.groups, cfg_.hidden / cfg_.heads, t};
+  for (const auto& ch : chunks_) {
+    if (ch.grads.size() != ch.blocks.size()) throw ShapeError("PipelineGpt::grad_masters: call finish() first");
+    for (std::size_t k = 0; k < ch.blocks.size(); ++k) detail::unmap_block(ch.grads[k], cfg_, lay, t, ch.layers[k], out);
+    if (ch.demb && ch.embedding) detail::unmap(*ch.demb, TensorMap{{"embedding"}, {cfg_.hidden}, cfg_.vocab, {}}, out);
+    if (ch.final_grads) detail::unmap_norm(*ch.final_grads, "final_norm", cfg_.hidden, out);
+  }
+  return out;
+}
+
+}  // namespace shardalg::nn

@@ -1,0 +1,89 @@
+// shardalg/nn/optim/grad_buckets.hpp — data-parallel gradient buckets: the parameters, in the model's
+// visit order, packed into flat buffers of at most `bucket_elements` values each, so that small
+// gradients travel in one collective (PyTorch DDP's and Megatron's buckets).
+//
+//   plan      [p0 p1 p2 | p3 | p4 p5]     greedy, in order; a parameter larger than a bucket
+//                                         gets one of its own; 0 elements: one per parameter
+//   bucket b  dG_b[dp:Partial] (1 × n_b, this tensor-parallel rank's local blocks side by side)
+//             all_reduce<dp>               → dG_b[dp:R]     (one all_reduce per bucket)
+//             reduce_scatter<dp, C>        → dG_b[dp:C]     (ZeRO-1: nn/optim/sharded_adam.hpp)
+//
+// A bucket is a one-axis tensor on dp: its columns are this rank's local blocks of tensors that
+// live on tp, so its values are the same kind of thing on every rank of a dp group (one tp rank's
+// shards), and the per-parameter type is restored on the way out:
+//   G[dp:Partial, tp:L] → bucket → … → G[dp:R, tp:L].
+// For ZeRO each bucket is padded with zeros to a multiple of the dp size (at most dp − 1 values).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "shardalg/mesh/collectives.hpp"
+#include "shardalg/nn/optim/optim.hpp"
+
+namespace shardalg::nn {
+
+/// One parameter's place in the flat buffers, and what the gradient norm needs of it.
+struct BucketSlot {
+  std::string name;
+  std::size_t bucket = 0;
+  Index offset = 0;  // within its bucket
+  Index rows = 0, cols = 0;  // its local block
+  Index col0 = 0;            // the global column of the local block's first column (col_weight)
+  bool replicated = false;   // R on tp: every tp rank holds it whole (counted once in the norm)
+  bool decay = false;
+  std::function<double(Index)> col_weight;
+  [[nodiscard]] Index size() const { return rows * cols; }
+};
+
+struct BucketPlan {
+  std::vector<BucketSlot> slots;         // in visit order
+  std::vector<Index> elements;           // per bucket: the values it carries
+  std::vector<Index> padded;             // per bucket: rounded up to a multiple of `pad_to`
+  std::size_t bucket_elements = 0;
+  int pad_to = 1;
+
+  [[nodiscard]] std::size_t buckets() const { return elements.size(); }
+  /// Σ local parameter values (Ψ of this tensor-parallel rank).
+  [[nodiscard]] Index parameters() const {
+    Index n = 0;
+    for (Index e : elements) n += e;
+    return n;
+  }
+
+  /// Add one parameter (visit order). A parameter that does not fit the open bucket starts a new one.
+  void add(BucketSlot s) {
+    const Index n = s.size();
+    const bool open = !elements.empty() && bucket_elements > 0 &&
+                      static_cast<std::size_t>(elements.back() + n) <= bucket_elements;
+    if (!open) {
+      elements.push_back(0);
+      padded.push_back(0);
+    }
+    s.bucket = elements.size() - 1;
+    s.offset = elements.back();
+    elements.back() += n;
+    padded.back() = (elements.back() + pad_to - 1) / pad_to * pad_to;
+    slots.push_back(std::move(s));
+  }
+};
+
+/// The slot of a parameter: its local shape, where it starts, and its norm weights.
+template <class T, class L, class B>
+BucketSlot slot_of(const ParamInfo& info, const Sharded<T, L, B>& w) {
+  return BucketSlot{info.name, 0, 0, w.local_rows(), w.local_cols(), w.col_offset(),
+                    WholeLayout<L>, info.decay, info.col_weight};
+}
+
+/// Copy a local block into its place in a flat bucket, and back out.
+template <class M, class F>
+void pack(const M& local, const BucketSlot& s, F& flat) {
+  std::copy_n(local.data(), s.size(), flat.data() + s.offset);
+}
+template <class M, class F>
+void unpack(const F& flat, const BucketSlot& s, M& local) {
+  std::copy_n(flat.data() + s.offset, s.size(), local.data());
+}
+
+}  // namespace shardalg::nn

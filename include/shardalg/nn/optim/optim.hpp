@@ -1,0 +1,266 @@
+// shardalg/nn/optim/optim.hpp — the parameter update, where the gradient's layout is checked once more.
+//
+//   sgd_update(W[L], dW[L], lr)        W := W − lr·dW, locally (the shards line up)
+//   sgd_update(γ[R], dγ[Partial], lr)  compile error E130: the gradient still holds per-rank
+//                                      summands (e.g. a LayerNorm weight on row-sharded tokens);
+//                                      all_reduce it first
+//   sgd_update(W[C], dW[Row], lr)      compile error E131: the layouts differ
+//
+// Optimizers with state sharded like the parameter (issue 4). Each rank keeps, per parameter, a
+// state block the shape of its *local* block: a ColSharded weight's Adam moments are ColSharded,
+// a replicated norm weight's are replicated (every rank updates its copy identically). The update
+// is elementwise, so no communication: `Sgd` (momentum, weight decay) and `Adam` (AdamW's
+// decoupled weight decay, bias correction). Their `update(info, W, dW, scale)` refuses Partial
+// gradients (E130) and mismatched layouts (E131) exactly like sgd_update.
+//
+// Gradient clipping by the global norm ‖g‖ = √(Σ_params Σ_elements g²) of the *logical* model:
+//   sharded (Row, C) gradients: each rank sums its block; the blocks partition the tensor
+//   replicated (R) gradients: every rank holds the same whole tensor; counted once, not P times
+//   replicated columns inside a sharded tensor (grouped-query K/V copies): weighted 1/copies
+//   Partial: compile error E130 (a pending sum has no norm until reduced)
+// One all_reduce of one scalar (the sharded sum) per step; the replicated sum is added after it,
+// locally, so every rank gets the same norm, equal to the TP=1 norm up to summation order.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "shardalg/comm/communicator.hpp"
+#include "shardalg/core/elementwise.hpp"
+
+namespace shardalg::nn {
+
+template <class T, class LP, class LG, class B>
+auto sgd_update(Sharded<T, LP, B>& param, const Sharded<T, LG, B>& grad, T lr) {
+  if constexpr (std::is_same_v<LG, Partial>) {
+    return diagnose<Diag::update_partial_grad, LG>();
+  } else if constexpr (!std::is_same_v<LP, LG>) {
+    return diagnose<Diag::update_layout, LG>();
+  } else {
+    param = param - lr * grad;  // shape and group checked by the subtraction
+  }
+}
+
+/// What an optimizer (and a checkpoint) knows about one parameter besides its two tensors.
+struct ParamInfo {
+  std::string name;  // e.g. "layers.0.attn.qkv.weight"
+  bool decay = false;  // weight decay applies (matrices; not biases or norm weights)
+  /// Global column → weight in the global norm (null: 1). Grouped-query attention with fewer
+  /// groups than ranks stores each K/V column on P/groups ranks: 1/(P/groups) there.
+  std::function<double(Index)> col_weight;
+};
+
+/// Local kernels of the optimizers (a backend specialises this; the CPU one is below).
+template <class Backend>
+struct OptimKernels;
+
+template <>
+struct OptimKernels<CpuBackend> {
+  template <class T>
+  using M = CpuBackend::matrix<T>;
+
+  /// Σ w(c0 + j)·x_ij², accumulated in double.
+  template <class T>
+  static double sum_squares(const M<T>& x, Index c0, const std::function<double(Index)>& w) {
+    double s = 0;
+    for (Index j = 0; j < x.cols(); ++j) {
+      double c = 0;
+      for (Index i = 0; i < x.rows(); ++i) c += static_cast<double>(x(i, j)) * static_cast<double>(x(i, j));
+      s += w ? w(c0 + j) * c : c;
+    }
+    return s;
+  }
+  /// SGD with momentum μ and decoupled weight decay λ: g' = s·g; v := μv + g'; p := p − lr(v + λp).
+  template <class T>
+  static void sgd(M<T>& p, const M<T>& g, M<T>* v, T scale, T lr, T mu, T wd) {
+    if (v) {
+      v->array() = mu * v->array() + scale * g.array();
+      p.array() -= lr * (v->array() + wd * p.array());
+    } else {
+      p.array() -= lr * (scale * g.array() + wd * p.array());
+    }
+  }
+  /// Adam(W): g' = s·g; m := β1 m + (1−β1)g'; v := β2 v + (1−β2)g'²;
+  /// p := p − lr(m/(1−β1ᵗ) / (√(v/(1−β2ᵗ)) + ε) + λp).
+  template <class T>
+  static void adam(M<T>& p, const M<T>& g, M<T>& m, M<T>& v, T scale, T lr, T b1, T b2, T eps, T wd, T c1, T c2) {
+    adam_n(p.data(), g.data(), m.data(), v.data(), p.size(), scale, lr, b1, b2, eps, wd, c1, c2);
+  }
+  /// The same on n contiguous elements (the sharded optimizer updates a slice of a flat bucket).
+  template <class T>
+  static void adam_n(T* p, const T* g, T* m, T* v, Index n, T scale, T lr, T b1, T b2, T eps, T wd, T c1, T c2) {
+    for (Index i = 0; i < n; ++i) {
+      const T gi = scale * g[i];
+      T& mi = m[i];
+      T& vi = v[i];
+      mi = b1 * mi + (T(1) - b1) * gi;
+      vi = b2 * vi + (T(1) - b2) * gi * gi;
+      const T mhat = mi / c1, vhat = vi / c2;
+      p[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * p[i]);
+    }
+  }
+};
+
+namespace detail {
+template <class LP, class LG>
+constexpr bool update_ok = !std::is_same_v<LG, Partial> && std::is_same_v<LP, LG>;
+
+template <class LP, class LG>
+constexpr auto update_diag() {
+  if constexpr (std::is_same_v<LG, Partial>) return diagnose<Diag::update_partial_grad, LG>();
+  else return diagnose<Diag::update_layout, LG>();
+}
+}  // namespace detail
+
+/// Accumulates the squared global gradient norm; `finish` does the one scalar all-reduce.
+class GradNorm {
+ public:
+  template <class T, class L, class B>
+  auto add(const ParamInfo& info, const Sharded<T, L, B>& g) {
+    if constexpr (std::is_same_v<L, Partial>) {
+      return diagnose<Diag::update_partial_grad, L>();  // reduce first: a pending sum has no norm
+    } else {
+      if (!group_.valid()) group_ = g.group();
+      const double s = OptimKernels<B>::template sum_squares<T>(g.local(), g.col_offset(), info.col_weight);
+      if constexpr (WholeLayout<L>) replicated_ += s;  // whole on every rank (R, I): once
+      else sharded_ += s;                                             // a block: summed over ranks
+    }
+  }
+  /// √(Σ_ranks sharded + replicated): one all_reduce of one value (scope "grad_norm").
+  double finish() {
+    double s = sharded_;
+    if (group_.valid() && group_.size() > 1) {
+      auto sc = shardalg::scope(group_, "grad_norm");
+      group_.all_reduce(&s, 1, ReduceOp::sum, CallInfo{"Partial", "R"});
+    }
+    return std::sqrt(s + replicated_);
+  }
+
+ private:
+  double sharded_ = 0, replicated_ = 0;
+  Group group_;
+};
+
+/// The factor that clips a gradient of global norm `norm` to `max_norm` (1 when max_norm ≤ 0 or
+/// the norm is within it): Megatron's max_norm / (norm + 1e-6).
+inline double clip_factor(double norm, double max_norm) {
+  return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+}
+
+/// SGD with optional momentum and decoupled weight decay; the momentum buffer of each parameter
+/// is a block the shape of the parameter's local block.
+template <Element T, class B = CpuBackend>
+class Sgd {
+ public:
+  using Mat = typename B::template matrix<T>;
+  struct Options {
+    double lr = 0.1;
+    double momentum = 0.0;
+    double weight_decay = 0.0;
+  };
+  explicit Sgd(Options o = {}) : opt_(o) {}
+
+  [[nodiscard]] const Options& options() const { return opt_; }
+  void set_lr(double lr) { opt_.lr = lr; }
+  void begin_step() { ++step_; }
+  [[nodiscard]] long step_count() const { return step_; }
+  [[nodiscard]] const std::map<std::string, Mat>& state() const { return v_; }
+  std::map<std::string, Mat>& state() { return v_; }
+
+  /// W := W − lr·(v + λW) with v := μv + scale·dW. Partial dW: E130; other layout: E131.
+  template <class LP, class LG>
+  auto update(const ParamInfo& info, Sharded<T, LP, B>& w, const Sharded<T, LG, B>& g, double scale = 1.0) {
+    if constexpr (!detail::update_ok<LP, LG>) {
+      return detail::update_diag<LP, LG>();
+    } else {
+      check_shape(info, w, g);
+      Mat* v = nullptr;
+      if (opt_.momentum != 0.0) {
+        auto it = v_.find(info.name);
+        if (it == v_.end()) it = v_.emplace(info.name, B::template zeros<T>(w.local_rows(), w.local_cols())).first;
+        v = &it->second;
+      }
+      OptimKernels<B>::template sgd<T>(w.local(), g.local(), v, T(scale), T(opt_.lr), T(opt_.momentum),
+                                       T(info.decay ? opt_.weight_decay : 0.0));
+    }
+  }
+
+ private:
+  template <class LP>
+  static void check_shape(const ParamInfo& info, const Sharded<T, LP, B>& w, const Sharded<T, LP, B>& g) {
+    if (w.rows() != g.rows() || w.cols() != g.cols())
+      throw ShapeError(shardalg::detail::cat("Sgd: gradient of ", info.name, " is ", g.rows(), "x", g.cols(),
+                                             ", parameter is ", w.rows(), "x", w.cols()));
+  }
+  Options opt_;
+  long step_ = 0;
+  std::map<std::string, Mat> v_;
+};
+
+/// Adam (AdamW with weight_decay > 0): the two moments of each parameter are blocks the shape of
+/// its local block, so a sharded parameter's optimizer state is sharded the same way.
+template <Element T, class B = CpuBackend>
+class Adam {
+ public:
+  using Mat = typename B::template matrix<T>;
+  struct Options {
+    double lr = 1e-3;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = 0.0;
+  };
+  struct Moments {
+    Mat m, v;
+  };
+  explicit Adam(Options o = {}) : opt_(o) {
+    if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1))
+      throw ShapeError(shardalg::detail::cat("Adam: betas (", o.beta1, ", ", o.beta2, ") must be in [0, 1)"));
+  }
+
+  [[nodiscard]] const Options& options() const { return opt_; }
+  void set_lr(double lr) { opt_.lr = lr; }
+  /// Advance the step counter t (bias correction); call once per step, before the updates.
+  void begin_step() { ++step_; }
+  [[nodiscard]] long step_count() const { return step_; }
+  void set_step_count(long t) { step_ = t; }
+  [[nodiscard]] const std::map<std::string, Moments>& state() const { return state_; }
+  std::map<std::string, Moments>& state() { return state_; }
+
+  /// One Adam update of W with scale·dW. Partial dW: E130; other layout: E131.
+  template <class LP, class LG>
+  auto update(const ParamInfo& info, Sharded<T, LP, B>& w, const Sharded<T, LG, B>& g, double scale = 1.0) {
+    if constexpr (!detail::update_ok<LP, LG>) {
+      return detail::update_diag<LP, LG>();
+    } else {
+      if (w.rows() != g.rows() || w.cols() != g.cols())
+        throw ShapeError(shardalg::detail::cat("Adam: gradient of ", info.name, " is ", g.rows(), "x", g.cols(),
+                                               ", parameter is ", w.rows(), "x", w.cols()));
+      if (step_ < 1) throw ShapeError("Adam: update before begin_step()");
+      auto it = state_.find(info.name);
+      if (it == state_.end())
+        it = state_
+                 .emplace(info.name, Moments{B::template zeros<T>(w.local_rows(), w.local_cols()),
+                                             B::template zeros<T>(w.local_rows(), w.local_cols())})
+                 .first;
+      const double c1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(step_));
+      const double c2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(step_));
+      OptimKernels<B>::template adam<T>(w.local(), g.local(), it->second.m, it->second.v, T(scale), T(opt_.lr),
+                                        T(opt_.beta1), T(opt_.beta2), T(opt_.eps),
+                                        T(info.decay ? opt_.weight_decay : 0.0), T(c1), T(c2));
+    }
+  }
+
+ private:
+  Options opt_;
+  long step_ = 0;
+  std::map<std::string, Moments> state_;
+};
+
+}  // namespace shardalg::nn

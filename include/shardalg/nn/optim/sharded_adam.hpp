@@ -1,0 +1,94 @@
+// shardalg/nn/optim/sharded_adam.hpp — ZeRO-1 (Megatron's distributed optimizer): Adam whose moments
+// are split over the data-parallel axis. Per gradient bucket b of n_b values (padded to a
+// multiple of the dp size d):
+//
+//   dG_b[dp:Partial] → reduce_scatter<dp, C> → dG_b[dp:C]        each rank: n_b/d reduced values
+//   P_b[dp:C] := Adam(P_b, dG_b; m_b[dp:C], v_b[dp:C])            only this rank's slice
+//   P_b[dp:C] → all_gather<dp> → P_b[dp:R]                        every replica: the new values
+//
+// Traffic per step equals the all-reduce's (a ring all-reduce is a reduce-scatter then an
+// all-gather); the moments shrink from 2Ψ to 2Ψ/d values per rank (Ψ: this tensor-parallel rank's
+// parameters). state_bytes() is what this rank allocated, for the memory check against that formula.
+// The update is Adam's kernel (OptimKernels::adam_n) on each slice, element for element the
+// unsharded one, so with the same reduced gradients the parameters come out bitwise the same.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "shardalg/nn/optim/grad_buckets.hpp"
+#include "shardalg/nn/optim/optim.hpp"
+
+namespace shardalg::nn {
+
+template <Element T, class B = CpuBackend>
+class ShardedAdam {
+ public:
+  using Options = typename Adam<T, B>::Options;
+  using Mat = typename B::template matrix<T>;
+
+  explicit ShardedAdam(Options o = {}) : opt_(o) { (void)Adam<T, B>(o); }  // Adam checks the betas
+
+  [[nodiscard]] const Options& options() const { return opt_; }
+  void set_lr(double lr) { opt_.lr = lr; }
+  void begin_step() { ++step_; }
+  [[nodiscard]] long step_count() const { return step_; }
+  void set_step_count(long t) { step_ = t; }
+
+  /// Allocate this rank's slices for a plan on a dp group of size `d` (rank `r`); zero moments.
+  void bind(const BucketPlan& plan, int d, int r) {
+    d_ = d;
+    r_ = r;
+    m_.clear();
+    v_.clear();
+    for (Index n : plan.padded) {
+      m_.push_back(Mat::Zero(1, n / d));
+      v_.push_back(Mat::Zero(1, n / d));
+    }
+    bound_ = true;
+  }
+  [[nodiscard]] bool bound() const { return bound_; }
+  [[nodiscard]] int dp_size() const { return d_; }
+  [[nodiscard]] int dp_rank() const { return r_; }
+
+  /// The bytes of optimizer state this rank holds: its m and v slices, as allocated.
+  [[nodiscard]] std::size_t state_bytes() const {
+    std::size_t n = 0;
+    for (std::size_t b = 0; b < m_.size(); ++b)
+      n += static_cast<std::size_t>(m_[b].size() + v_[b].size()) * sizeof(T);
+    return n;
+  }
+  [[nodiscard]] const std::vector<Mat>& m() const { return m_; }
+  [[nodiscard]] const std::vector<Mat>& v() const { return v_; }
+  std::vector<Mat>& m() { return m_; }
+  std::vector<Mat>& v() { return v_; }
+
+  /// Adam on this rank's slice of bucket b: `p` and `g` are the slice's parameter values and
+  /// reduced gradients. Each parameter's part of the slice gets its own weight decay (matrices
+  /// only); the padding is left alone.
+  void update_slice(std::size_t b, const BucketPlan& plan, T* p, const T* g, double scale) {
+    if (step_ < 1) throw ShapeError("ShardedAdam: update before begin_step()");
+    const Index len = plan.padded[b] / d_, lo = r_ * len, hi = lo + len;
+    const double c1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(step_));
+    const double c2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(step_));
+    for (const auto& s : plan.slots) {
+      if (s.bucket != b) continue;
+      const Index a = std::max(lo, s.offset), e = std::min(hi, s.offset + s.size());
+      if (a >= e) continue;
+      const Index i = a - lo;
+      OptimKernels<B>::template adam_n<T>(p + i, g + i, m_[b].data() + i, v_[b].data() + i, e - a, T(scale),
+                                          T(opt_.lr), T(opt_.beta1), T(opt_.beta2), T(opt_.eps),
+                                          T(s.decay ? opt_.weight_decay : 0.0), T(c1), T(c2));
+    }
+  }
+
+ private:
+  Options opt_;
+  long step_ = 0;
+  int d_ = 1, r_ = 0;
+  bool bound_ = false;
+  std::vector<Mat> m_, v_;
+};
+
+}  // namespace shardalg::nn
