@@ -6,15 +6,14 @@
 //   using shardalg::cuda::CudaBackend;
 //   Sharded<float, ColSharded, CudaBackend> w = shard<ColSharded, Eigen::MatrixXf, CudaBackend>(W, g);
 //
-// Plain-C++ parts (usable from .cpp with the CUDA headers): error.hpp, types.hpp, context.hpp,
-// device_matrix.hpp, nccl.hpp, sim_world.hpp, random.hpp. Needing nvcc: kernels.cuh, backend.hpp,
-// ops.hpp, sim_comm.hpp, nn_kernels.cuh (nn::Kernels<CudaBackend>: the nn layers on the GPU).
-// See docs/cuda.md.
+// Plain-C++ parts (usable from .cpp with the CUDA headers), in backend/cuda/: error.hpp, types.hpp,
+// context.hpp, device_matrix.hpp, nccl.hpp; the simulated world's protocol is comm/sim_world.hpp.
+// Needing nvcc: device_kernels.cuh, backend.hpp (CudaBackend), sim_comm.hpp, kernels.cuh
+// (nn::Kernels<CudaBackend>: the nn layers on the GPU). See docs/cuda.md.
 #pragma once
 
 #include "shardalg/backend/cuda/error.hpp"
 #include "shardalg/backend/cuda/types.hpp"
-#include "shardalg/backend/cuda/random.hpp"
 #include "shardalg/backend/cuda/context.hpp"
 #include "shardalg/backend/cuda/device_matrix.hpp"
 #include "shardalg/backend/cuda/nccl.hpp"
@@ -22,7 +21,6 @@
 #if defined(__CUDACC__)
 #include "shardalg/backend/cuda/device_kernels.cuh"
 #include "shardalg/backend/cuda/backend.hpp"
-#include "shardalg/backend/cuda/ops.hpp"
 #include "shardalg/backend/cuda/sim_comm.hpp"
 #include "shardalg/backend/cuda/kernels.cuh"
 #endif

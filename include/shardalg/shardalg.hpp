@@ -1,43 +1,16 @@
-// shardalg/shardalg.hpp — the umbrella header: the core algebra, the CPU backend, and the
-// one-rank and thread communicators. MPI is opt-in: include "shardalg/mpi.hpp" as well.
-// CUDA/NCCL is opt-in: "shardalg/cuda.hpp". The verify headers (checks against a dense twin,
-// ledger tallies, timing, explain log) use only what is above, so they come with it.
+// shardalg/shardalg.hpp — the umbrella header: the algebra (shardalg/core.hpp), meshes of named
+// axes, and the observation and verification helpers (ledger tallies, timing, the explain log,
+// held bytes, visualize, checks against a dense twin). Opt-in beside it: "shardalg/nn.hpp" (the
+// layers and the GPT), "shardalg/autodiff.hpp" (derived gradients), "shardalg/mpi.hpp" (MpiComm),
+// "shardalg/cuda.hpp" (CUDA/NCCL, from a .cu file).
 #pragma once
 
-#include "shardalg/version.hpp"
-#include "shardalg/base/layout.hpp"
-#include "shardalg/base/dtype.hpp"
-#include "shardalg/base/errors.hpp"
-#include "shardalg/base/rules.hpp"
-#include "shardalg/backend/cpu/backend.hpp"
-#include "shardalg/base/threads.hpp"
-#include "shardalg/backend/cpu/allocator.hpp"
-#include "shardalg/core/sharded.hpp"
-#include "shardalg/core/matmul.hpp"
-#include "shardalg/core/elementwise.hpp"
-#include "shardalg/bridge/dense.hpp"
-#include "shardalg/observe/visualize.hpp"
-#include "shardalg/core/cast.hpp"
-#include "shardalg/collective/sum.hpp"
-#include "shardalg/comm/communicator.hpp"
-#include "shardalg/observe/ledger.hpp"
-#include "shardalg/comm/self.hpp"
-#include "shardalg/comm/thread.hpp"
-#include "shardalg/comm/run_ranks.hpp"
-#include "shardalg/collective/all_reduce.hpp"
-#include "shardalg/collective/all_gather.hpp"
-#include "shardalg/collective/reduce_scatter.hpp"
-#include "shardalg/collective/split.hpp"
-#include "shardalg/collective/all_to_all.hpp"
-#include "shardalg/collective/conjugates.hpp"
+#include "shardalg/core.hpp"
 #include "shardalg/mesh/axis.hpp"
 #include "shardalg/mesh/mesh.hpp"
 #include "shardalg/mesh/layouts.hpp"
 #include "shardalg/mesh/sharded.hpp"
 #include "shardalg/mesh/collectives.hpp"
 #include "shardalg/mesh/ops.hpp"
-#include "shardalg/plan/plan.hpp"
-#include "shardalg/plan/redistribute.hpp"
-#include "shardalg/plan/matmul.hpp"
-#include "shardalg/collective/invalid.hpp"
+#include "shardalg/observe/visualize.hpp"
 #include "shardalg/verify/verify.hpp"
