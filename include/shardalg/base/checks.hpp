@@ -62,7 +62,7 @@ class ReplicaCheck {
 
 
 // ---------------------------------------------------------------------------------------------
-// Checked collectives (issue 14). With the check on, every collective of a group carries a
+// Checked collectives. With the check on, every collective of a group carries a
 // fingerprint — kind, dtype, element count, reduce op, root, layouts (CallInfo) and a sequence
 // number counted per group and rank — that the ranks compare before any data moves; a mismatch is
 // a CollectiveMismatchError on every rank naming both sides, and a rank that waits longer than

@@ -1,4 +1,4 @@
-// shardalg/comm/collective_check.hpp — the fingerprint of a checked collective (issue 14), shared
+// shardalg/comm/collective_check.hpp — the fingerprint of a checked collective, shared
 // by the backends that check (ThreadComm, MpiComm). The switch and the watchdog's limit are in
 // base/checks.hpp.
 //

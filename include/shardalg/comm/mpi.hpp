@@ -2,7 +2,7 @@
 // the shardalg::mpi target). Wraps the user's MPI_Comm, MPI_COMM_WORLD or a sub-communicator
 // from MPI_Comm_split; collectives run in place on the caller's buffers, with no staging copies.
 //
-// Checked collectives (issue 14, comm/mpi_check.hpp): the overloads that take a CallInfo — the
+// Checked collectives (comm/mpi_check.hpp): the overloads that take a CallInfo — the
 // ones Group and the ledger call — and barrier() exchange fingerprints first when
 // check_collectives() is on, under the watchdog. The plain overloads (no CallInfo) are unchecked.
 // Reproducible mode (set_reproducible(true), or SHARDALG_REPRODUCIBLE=1 in the environment when
@@ -240,7 +240,7 @@ class MpiComm {
     detail::mpi_check(MPI_Barrier(*comm_), "MPI_Barrier");
   }
 
-  // ---- Checked collectives (issue 14): with check_collectives() on, the ranks' fingerprints
+  // ---- Checked collectives: with check_collectives() on, the ranks' fingerprints
   // are exchanged and compared, under the watchdog, before the collective itself runs
   // (comm/mpi_check.hpp). Group and the ledger call these overloads; the ones above are unchecked.
   void all_reduce(void* buf, std::size_t n, DType t, ReduceOp op, const CallInfo& info) {

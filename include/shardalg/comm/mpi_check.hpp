@@ -1,4 +1,4 @@
-// shardalg/comm/mpi_check.hpp — checked collectives over MPI (issue 14): the fingerprint exchange
+// shardalg/comm/mpi_check.hpp — checked collectives over MPI: the fingerprint exchange
 // MpiComm runs before a collective when check_collectives() is on (base/checks.hpp).
 //
 // Each rank sends its fingerprint (a FingerprintRecord, 152 bytes) to every other rank and

@@ -330,7 +330,7 @@ double fd_error(F&& loss, M& param, const M& analytic, double h = 1e-5, bool abs
   return absolute || scale == 0 ? err : err / scale;
 }
 
-// ---- GPT (issue 4): embedding → blocks → final norm → tied head → cross-entropy ---------------------------
+// ---- GPT: embedding → blocks → final norm → tied head → cross-entropy ---------------------------
 // The whole model on one "device", in double: E[vocab, h] looks tokens up and, transposed, is the LM
 // head (tied); the loss is the mean token cross-entropy with PyTorch's label smoothing (the target
 // distribution is (1 − ε)·onehot + ε/V: the target gets 1 − ε + ε/V, every other class ε/V) and

@@ -144,6 +144,43 @@ class BlockParts {
 };
 }  // namespace detail
 
+namespace detail {
+/// What the block's backward leaves beside the sub-layers' own results: the input gradient and
+/// the two norms' parameter gradients.
+template <class X, class NormGrads>
+struct BlockBackward {
+  X dx;
+  NormGrads ln1, ln2;
+};
+
+/// The block's backward, written once for every form of it:
+///
+///   dY → dropout′ → MLP′ → LN2′, + dY (one sweep) → dY1 → dropout′ → attention′ → LN1′, + dY1 → dX
+///
+/// `mlp(cache, d)` and `attn(cache, d)` take the dropout's input gradient d (in the stream's
+/// layout X) through the sub-layer and return its input gradient in X, communicating as they
+/// must; the fused backward of TransformerBlock (f's all_reduce inside the layer), the
+/// sequence-parallel one (all_gather in, reduce_scatter out) and the split form's B
+/// (nn/layers/split_backward.hpp: input gradients only, the output gradients kept for W) differ
+/// only there, and keep what they need of the sub-layer's results themselves.
+template <class Blk, class Cache, class X, class Mlp, class Attn>
+auto block_backward(const Blk& blk, const Cache& c, const X& dy, const Dropout& drop_attn, const Dropout& drop_mlp,
+                    Mlp&& mlp, Attn&& attn) {
+  X dm = [&] {
+    auto s = maybe_scope(dy.group(), "mlp");
+    return mlp(c.mlp, drop_mlp.backward(dy));
+  }();
+  auto gl2 = blk.ln2().backward_add(c.ln2, dm, dy);  // dY1 = dY + LN2′(dX_mlp), in LN2's sweep
+  X dy1 = std::move(gl2.dx);
+  X da = [&] {
+    auto s = maybe_scope(dy.group(), "attn");
+    return attn(c.attn, drop_attn.backward(dy1));
+  }();
+  auto gl1 = blk.ln1().backward_add(c.ln1, da, dy1);  // dX = dY1 + LN1′(dX_attn)
+  return BlockBackward<X, decltype(gl1.params)>{std::move(gl1.dx), std::move(gl1.params), std::move(gl2.params)};
+}
+}  // namespace detail
+
 template <Element T, class B = CpuBackend>
 class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B> {
   using Parts = detail::BlockParts<TransformerBlock<T, B>, T, B>;
@@ -204,20 +241,24 @@ class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B>
     mlp_.set_overlap(o);
   }
 
+  /// detail::block_backward with the layers' own backward passes (f's all_reduce inside each).
   Grads backward(const Cache& c, const Input& dy) const {
-    auto gm = [&] {
-      auto s = detail::maybe_scope(dy.group(), "mlp");
-      return mlp_.backward(c.mlp, drop_mlp_.backward(dy));
-    }();
-    auto gl2 = ln2_.backward_add(c.ln2, gm.dx, dy);  // dY1 = dY + LN2′(dX_mlp), in LN2's sweep
-    Input dy1 = std::move(gl2.dx);
-    auto ga = [&] {
-      auto s = detail::maybe_scope(dy.group(), "attn");
-      return attn_.backward(c.attn, drop_attn_.backward(dy1));
-    }();
-    auto gl1 = ln1_.backward_add(c.ln1, ga.dx, dy1);  // dX = dY1 + LN1′(dX_attn)
-    return {std::move(gl1.dx),
-            {std::move(gl1.params), std::move(ga.params), std::move(gl2.params), std::move(gm.params)}};
+    ParamGrads p;
+    auto r = detail::block_backward(
+        *this, c, dy, drop_attn_, drop_mlp_,
+        [&](const auto& cm, const Input& d) {
+          auto g = mlp_.backward(cm, d);
+          p.mlp = std::move(g.params);
+          return std::move(g.dx);
+        },
+        [&](const auto& ca, const Input& d) {
+          auto g = attn_.backward(ca, d);
+          p.attn = std::move(g.params);
+          return std::move(g.dx);
+        });
+    p.ln1 = std::move(r.ln1);
+    p.ln2 = std::move(r.ln2);
+    return {std::move(r.dx), std::move(p)};
   }
 };
 

@@ -1,5 +1,5 @@
 // shardalg/nn/layers/conv2d.hpp — a 2-D convolution on images whose rows are split across ranks: spatial
-// parallelism (Dryden et al., IPDPS 2019; the "detour" of seed 004). Stride 1, odd k × k kernel,
+// parallelism (Dryden et al., IPDPS 2019: the halo "detour" around a split image). Stride 1, odd k × k kernel,
 // "same" zero padding, C_in → C_out channels, weights replicated.
 //
 // The data as the library's matrices (N images of H × W pixels):

@@ -22,8 +22,7 @@
 // is why Σ_j x_j rides in the same sum all-reduce. V is the *global* real vocabulary (pad columns
 // excluded) and the mean runs over the global vocabulary. Megatron-LM's ε spreads over the other
 // V − 1 classes only (the target keeps 1 − ε_M): Megatron's ε_M is ε = ε_M·V/(V−1) here.
-// (Before issue 12 this option followed Megatron's convention, so passing PyTorch's value was
-// silently off by a factor V/(V−1).) Megatron-LM's vocab-parallel loss also uses the local
+// (Passing Megatron's value where PyTorch's is meant is off by the factor V/(V−1).) Megatron-LM's vocab-parallel loss also uses the local
 // partition size for V and the mean over the local partition, which is only right at TP=1
 // (tests/gpt/test_vocab_parallel.cpp shows the difference).
 #pragma once

@@ -102,22 +102,25 @@ class SequenceParallelBlock : public detail::BlockParts<SequenceParallelBlock<T,
     return {std::move(y), Cache{std::move(l1.cache), std::move(a.second), std::move(l2.cache), std::move(m.second)}};
   }
 
+  /// detail::block_backward with each sub-layer entered by reduce_scatter's adjoint (all_gather
+  /// T·h) and left by all_gather's (reduce_scatter T·h); the norm weights' gradients stay Partial.
   Grads backward(const Cache& c, const Input& dy) const {
-    auto gm = [&] {
-      auto s = detail::maybe_scope(dy.group(), "mlp");
-      auto g = mlp_.backward_partial(c.mlp, adjoint::reduce_scatter(drop_mlp_.backward(dy)));  // all_gather T·h
-      return std::pair{adjoint::all_gather<RowSharded>(g.dx), std::move(g.params)};         // reduce_scatter T·h
-    }();
-    auto gl2 = ln2_.backward_add(c.ln2, gm.first, dy);  // dY1 = dY + LN2′(…), one sweep
-    Input dy1 = std::move(gl2.dx);
-    auto ga = [&] {
-      auto s = detail::maybe_scope(dy.group(), "attn");
-      auto g = attn_.backward_partial(c.attn, adjoint::reduce_scatter(drop_attn_.backward(dy1)));
-      return std::pair{adjoint::all_gather<RowSharded>(g.dx), std::move(g.params)};
-    }();
-    auto gl1 = ln1_.backward_add(c.ln1, ga.first, dy1);  // dX = dY1 + LN1′(…)
-    return {std::move(gl1.dx),
-            {std::move(gl1.params), std::move(ga.second), std::move(gl2.params), std::move(gm.second)}};
+    ParamGrads p;
+    auto r = detail::block_backward(
+        *this, c, dy, drop_attn_, drop_mlp_,
+        [&](const auto& cm, const Input& d) {
+          auto g = mlp_.backward_partial(cm, adjoint::reduce_scatter(d));  // all_gather T·h
+          p.mlp = std::move(g.params);
+          return adjoint::all_gather<RowSharded>(g.dx);  // reduce_scatter T·h
+        },
+        [&](const auto& ca, const Input& d) {
+          auto g = attn_.backward_partial(ca, adjoint::reduce_scatter(d));
+          p.attn = std::move(g.params);
+          return adjoint::all_gather<RowSharded>(g.dx);
+        });
+    p.ln1 = std::move(r.ln1);
+    p.ln2 = std::move(r.ln2);
+    return {std::move(r.dx), std::move(p)};
   }
 
   /// The norm weights' Partial gradients → R: one all_reduce per norm (γ ‖ β packed: 2h values

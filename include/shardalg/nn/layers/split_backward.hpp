@@ -146,35 +146,32 @@ BlockInputGrads<Block> backward_input(const Block& blk, const typename Block::Ca
   const auto& mlp = blk.mlp();
   const auto& at = blk.attention();
   BlockWeightWork<Block> w;
-  // MLP: dZ2 → dA → dH → dX (Partial), then f's adjoint (all_reduce) or, under SP, reduce_scatter.
-  auto gm = [&] {
-    auto s = detail::maybe_scope(dy.group(), "mlp");
-    if constexpr (sp) w.dz2 = adjoint::reduce_scatter(drop.mlp.backward(dy));  // all_gather T·h
-    else w.dz2 = drop.mlp.backward(dy);
-    Sharded<T, ColSharded, Bk> da = matmul(w.dz2, transpose(mlp.fc2().weight()));  // dZ2[R]·W2ᵀ[C]
-    w.dh = detail::activation_grad(mlp, c.mlp.h, da);
-    Sharded<T, Partial, Bk> dx = matmul(w.dh, transpose(mlp.fc1().weight()));  // dH[C]·W1ᵀ[Row]
-    if constexpr (sp) return adjoint::all_gather<RowSharded>(dx);  // reduce_scatter T·h
-    else return adjoint::copy_to(std::move(dx));                   // all_reduce T·h
-  }();
-  auto gl2 = blk.ln2().backward_add(c.ln2, gm, dy);  // dY1 = dY + LN2′(…), one sweep
-  w.ln2 = std::move(gl2.params);
-  In dy1 = std::move(gl2.dx);
-  auto ga = [&] {
-    auto s = detail::maybe_scope(dy.group(), "attn");
-    if constexpr (sp) w.dz1 = adjoint::reduce_scatter(drop.attn.backward(dy1));
-    else w.dz1 = drop.attn.backward(dy1);
-    Sharded<T, ColSharded, Bk> dout = matmul(w.dz1, transpose(at.proj().weight()));  // dZ1[R]·Woᵀ[C]
-    w.dqkv = Sharded<T, ColSharded, Bk>(
-        detail::attention_core_grad(at, c.attn.qkv.local(), c.attn.probs, dout.local(), dout.rows(), dout.group()),
-        c.attn.qkv.rows(), c.attn.qkv.cols(), c.attn.qkv.group());
-    Sharded<T, Partial, Bk> dx = matmul(w.dqkv, transpose(at.qkv().weight()));  // dQKV[C]·Wqkvᵀ[Row]
-    if constexpr (sp) return adjoint::all_gather<RowSharded>(dx);
-    else return adjoint::copy_to(std::move(dx));
-  }();
-  auto gl1 = blk.ln1().backward_add(c.ln1, ga, dy1);  // dX = dY1 + LN1′(…)
-  w.ln1 = std::move(gl1.params);
-  return {std::move(gl1.dx), std::move(w)};
+  // The sub-layers' input gradients only: each linear layer's output gradient is kept for W.
+  auto r = detail::block_backward(
+      blk, c, dy, drop.attn, drop.mlp,
+      [&](const auto& cm, const In& d) {  // dZ2 → dA → dH → dX (Partial) → f's adjoint or reduce_scatter
+        if constexpr (sp) w.dz2 = adjoint::reduce_scatter(d);  // all_gather T·h
+        else w.dz2 = d;
+        Sharded<T, ColSharded, Bk> da = matmul(w.dz2, transpose(mlp.fc2().weight()));  // dZ2[R]·W2ᵀ[C]
+        w.dh = detail::activation_grad(mlp, cm.h, da);
+        Sharded<T, Partial, Bk> dx = matmul(w.dh, transpose(mlp.fc1().weight()));  // dH[C]·W1ᵀ[Row]
+        if constexpr (sp) return adjoint::all_gather<RowSharded>(dx);  // reduce_scatter T·h
+        else return adjoint::copy_to(std::move(dx));                   // all_reduce T·h
+      },
+      [&](const auto& ca, const In& d) {  // dZ1 → dO → dQKV → dX (Partial)
+        if constexpr (sp) w.dz1 = adjoint::reduce_scatter(d);
+        else w.dz1 = d;
+        Sharded<T, ColSharded, Bk> dout = matmul(w.dz1, transpose(at.proj().weight()));  // dZ1[R]·Woᵀ[C]
+        w.dqkv = Sharded<T, ColSharded, Bk>(
+            detail::attention_core_grad(at, ca.qkv.local(), ca.probs, dout.local(), dout.rows(), dout.group()),
+            ca.qkv.rows(), ca.qkv.cols(), ca.qkv.group());
+        Sharded<T, Partial, Bk> dx = matmul(w.dqkv, transpose(at.qkv().weight()));  // dQKV[C]·Wqkvᵀ[Row]
+        if constexpr (sp) return adjoint::all_gather<RowSharded>(dx);
+        else return adjoint::copy_to(std::move(dx));
+      });
+  w.ln1 = std::move(r.ln1);
+  w.ln2 = std::move(r.ln2);
+  return {std::move(r.dx), std::move(w)};
 }
 
 /// W: the block's parameter gradients from the forward cache and what B kept (the norms' from B).

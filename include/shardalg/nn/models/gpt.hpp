@@ -42,6 +42,7 @@
 #include "shardalg/nn/layers/embedding.hpp"
 #include "shardalg/nn/optim/optim.hpp"
 #include "shardalg/nn/layers/sp_block.hpp"
+#include "shardalg/nn/models/gpt_stages.hpp"
 
 namespace shardalg::nn {
 
@@ -386,33 +387,17 @@ class Gpt {
     using Cache = typename std::remove_cvref_t<decltype(blocks[0])>::Cache;
     // ---- forward
     auto fwd = scope("fwd");
-    auto ef = [&] {
-      auto s = scope("embedding");
-      if constexpr (sp) return emb_.forward_sp(tokens);
-      else return emb_.forward(tokens);
-    }();
+    auto ef = stages::embed<sp>(emb_, group_, tokens);
     finite("forward: embedding output", ef.y);
-    X x = drop_emb_.forward(ef.y);
     std::vector<Cache> caches;
     caches.reserve(blocks.size());
-    for (std::size_t i = 0; i < blocks.size(); ++i) {
-      auto s = scope("layer" + std::to_string(i));
-      auto f = blocks[i].forward(x);
-      finite("forward: layer " + std::to_string(i) + " output", f.y);
-      x = std::move(f.y);
-      caches.push_back(std::move(f.cache));
-    }
+    X x = stages::blocks_forward(
+        blocks, drop_emb_.forward(ef.y), caches, group_, [](std::size_t k) { return k; }, [](std::size_t, auto&) {},
+        [&](std::size_t k, const X& y) { finite("forward: layer " + std::to_string(k) + " output", y); });
     auto fn = final_.forward(x);
     finite("forward: final norm output", fn.y);
-    auto head = [&] {
-      auto s = scope("head");
-      if constexpr (sp) return emb_.logits_sp(fn.y);
-      else return emb_.logits(fn.y);
-    }();
-    auto l = [&] {
-      auto s = scope("loss");
-      return loss_.forward(head.logits, targets);
-    }();
+    auto head = stages::head<sp>(emb_, group_, fn.y);
+    auto l = stages::loss(loss_, group_, head.logits, targets);
     finite("forward: logits", head.logits);
     fwd.reset();
     if (!backward) return l.mean;
@@ -421,11 +406,7 @@ class Gpt {
     // ---- backward
     auto bwd = scope("bwd");
     auto dz = loss_.backward_mean(l.cache);  // local
-    auto hg = [&] {
-      auto s = scope("head");
-      if constexpr (sp) return emb_.logits_backward_sp(head.cache, dz);
-      else return emb_.logits_backward(head.cache, dz);
-    }();
+    auto hg = stages::head_backward<sp>(emb_, group_, head.cache, dz);
     finite("backward: head input gradient", hg.dx);
     auto fg = final_.backward(fn.cache, hg.dx);
     X dx = std::move(fg.dx);
@@ -439,11 +420,7 @@ class Gpt {
       caches[i] = Cache{};  // release as we go
     }
     dx = drop_emb_.backward(dx);
-    auto eg = [&] {
-      auto s = scope("embedding");
-      if constexpr (sp) return emb_.backward_sp(ef.cache, dx);
-      else return emb_.backward(ef.cache, dx);
-    }();
+    auto eg = stages::embed_backward<sp>(emb_, group_, ef.cache, dx);
     bwd.reset();
     // ---- the gradients, in their parameters' layouts
     Grads gr{hg.params.de + eg.de, {}, {}};

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "shardalg/mesh/mesh.hpp"
+#include "shardalg/nn/models/gpt_stages.hpp"
 #include "shardalg/nn/models/pipeline_parts.hpp"
 #include "shardalg/pipeline/stage_assignment.hpp"
 #include "shardalg/pipeline/p2p.hpp"
@@ -173,35 +174,20 @@ class PipelineGpt {
     const MicroBatch& b = mbs_.at(static_cast<std::size_t>(mb));
     Act x;
     if (ch.embedding) {
-      auto s = scope(tp(), "embedding");
-      auto ef = [&] {
-        if constexpr (SP) return ch.emb->forward_sp(b.tokens);
-        else return ch.emb->forward(b.tokens);
-      }();
+      auto ef = stages::embed<SP>(*ch.emb, tp(), b.tokens);
       st.emb = std::move(ef.cache);
       x = emb_dropout(b).forward(ef.y);
     } else {
       x = std::move(*in);
     }
     auto& blocks = blocks_for(ch, b.seq);
-    for (std::size_t k = 0; k < blocks.size(); ++k) {
-      auto s = scope(tp(), "layer" + std::to_string(ch.layers[k]));
-      blocks[k].set_dropout_row_base(b.row_base);
-      auto f = blocks[k].forward(x);
-      x = std::move(f.y);
-      st.caches.push_back(std::move(f.cache));
-    }
+    x = stages::blocks_forward(
+        blocks, std::move(x), st.caches, tp(), [&](std::size_t k) { return ch.layers[k]; },
+        [&](std::size_t, Block& blk) { blk.set_dropout_row_base(b.row_base); }, [](std::size_t, const Act&) {});
     if (!ch.loss) return x;
     auto fn = ch.final_norm->forward(x);
-    auto head = [&] {
-      auto s = scope(tp(), "head");
-      if constexpr (SP) return ch.emb->logits_sp(fn.y);
-      else return ch.emb->logits(fn.y);
-    }();
-    auto l = [&] {
-      auto s = scope(tp(), "loss");
-      return loss_fn_.forward(head.logits, b.targets);
-    }();
+    auto head = stages::head<SP>(*ch.emb, tp(), fn.y);
+    auto l = stages::loss(loss_fn_, tp(), head.logits, b.targets);
     loss_ += scaling_ == LossScaling::tokens ? l.losses.local().sum() / static_cast<T>(global_count_)
                                              : l.mean / static_cast<T>(mbs_.size() * static_cast<std::size_t>(dp_size()));
     st.fn = std::move(fn.cache);
@@ -220,16 +206,13 @@ class PipelineGpt {
       st.loss.reset();
       Act gx;
       {
-        auto s = scope(tp(), "head");
         if (weights) {
-          auto hg = [&] {
-            if constexpr (SP) return ch.emb->logits_backward_sp(*st.head, dz);
-            else return ch.emb->logits_backward(*st.head, dz);
-          }();
+          auto hg = stages::head_backward<SP>(*ch.emb, tp(), *st.head, dz);
           detail::add_to(ch.demb, std::optional(std::move(hg.params.de)));
           gx = std::move(hg.dx);
           st.head.reset();
         } else {  // B: the input gradient only; dE = dlogitsᵀ·X waits for W
+          auto s = scope(tp(), "head");
           Sharded<T, Partial, B> dxp = matmul(dz, ch.emb->weight());  // dlogits[C]·E[Row] → Partial
           if constexpr (SP) gx = adjoint::all_gather<RowSharded>(dxp);  // reduce_scatter T·h
           else gx = adjoint::copy_to(std::move(dxp));                   // all_reduce T·h
@@ -335,11 +318,7 @@ class PipelineGpt {
     return loss_fn_.backward(c, Sharded<T, Replicated, B>(std::move(g), c.probs.rows(), 1, c.probs.group()));
   }
   void embedding_grad(Chunk& ch, const typename Emb::Cache& c, const Act& dy) {
-    auto s = scope(tp(), "embedding");
-    auto eg = [&] {
-      if constexpr (SP) return ch.emb->backward_sp(c, dy);  // all_gather T·h
-      else return ch.emb->backward(c, dy);
-    }();
+    auto eg = stages::embed_backward<SP>(*ch.emb, tp(), c, dy);
     detail::add_to(ch.demb, std::optional(std::move(eg.de)));
   }
   std::vector<Block>& blocks_for(Chunk& ch, Index seq);

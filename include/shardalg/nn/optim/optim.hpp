@@ -6,7 +6,7 @@
 //                                      all_reduce it first
 //   sgd_update(W[C], dW[Row], lr)      compile error E131: the layouts differ
 //
-// Optimizers with state sharded like the parameter (issue 4). Each rank keeps, per parameter, a
+// Optimizers with state sharded like the parameter. Each rank keeps, per parameter, a
 // state block the shape of its *local* block: a ColSharded weight's Adam moments are ColSharded,
 // a replicated norm weight's are replicated (every rank updates its copy identically). The update
 // is elementwise, so no communication: `Sgd` (momentum, weight decay) and `Adam` (AdamW's
