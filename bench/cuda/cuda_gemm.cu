@@ -17,6 +17,7 @@
 #include <cstdio>
 
 #include "shardalg/shardalg.hpp"
+#include "shardalg/backend/activation.hpp"
 #include "shardalg/cuda.hpp"
 
 using namespace shardalg;
@@ -96,11 +97,11 @@ void BM_mlp_fwd_bwd_bf16(benchmark::State& state) {
   using B = CudaBackend;
   timed(state, 48.0 * T * h * h, [&] {
     B::gemm(1.0f, B::view(X), B::view(W1), 0.0f, A);            // A = X·W1
-    auto H = gelu<Gelu::tanh>(A);                                 // H = GeLU(A)
+    auto H = B::map(A, nn::GeluTanh{});                           // H = GeLU(A), the layers' functor
     B::gemm(1.0f, B::view(H), B::view(W2), 0.0f, Y);            // Y = H·W2
     B::gemm(1.0f, B::view(H, true), B::view(dY), 0.0f, dW2);    // dW2 = Hᵀ·dY
     B::gemm(1.0f, B::view(dY), B::view(W2, true), 0.0f, dH);    // dH = dY·W2ᵀ
-    auto dA = gelu_backward<Gelu::tanh>(A, dH);                   // dA = dH ⊙ GeLU'(A)
+    auto dA = B::zip(dH, B::map(A, nn::GeluTanhGrad{}), fn::times{});  // dA = dH ⊙ GeLU'(A)
     B::gemm(1.0f, B::view(X, true), B::view(dA), 0.0f, dW1);    // dW1 = Xᵀ·dA
     B::gemm(1.0f, B::view(dA), B::view(W1, true), 0.0f, dX);    // dX = dA·W1ᵀ
   });
