@@ -38,7 +38,7 @@ auto all_gather(const Sharded<T, L, B>& x) {
   } else {
     detail::check_operand(x.group(), "all_gather");
     auto e = explain_op(x.group(), "all_gather", dtype_of<T>,
-                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), To::kind)); });
+                        {note(x), " → ", note(x.rows(), x.cols(), To::kind)});
     Group g = x.group();
     auto out = detail::gather_local(x, g, CallInfo{L::notation, To::notation});
     return Sharded<T, To, B>(std::move(out), x.rows(), x.cols(), std::move(g));

@@ -24,7 +24,7 @@ auto all_reduce(Sharded<T, L, B> x) {
   } else {
     detail::check_operand(x.group(), "all_reduce");
     auto e = explain_op(x.group(), "all_reduce", dtype_of<T>,
-                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), To::kind)); });
+                        {note(x), " → ", note(x.rows(), x.cols(), To::kind)});
     const Index r = x.rows(), c = x.cols();
     Group g = x.group();
     auto local = std::move(x).local();
@@ -72,7 +72,7 @@ auto all_reduce_start(Sharded<T, L, B> x) {
   } else {
     detail::check_operand(x.group(), "all_reduce_start");
     auto e = explain_op(x.group(), "all_reduce_start", dtype_of<T>,
-                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), LayoutKind::replicated)); });
+                        {note(x), " → ", note(x.rows(), x.cols(), LayoutKind::replicated)});
     const Index r = x.rows(), c = x.cols();
     Group g = x.group();
     return PendingAllReduce<T, B>(std::move(x).local(), r, c, std::move(g), CallInfo{"Partial", "R"});

@@ -17,7 +17,7 @@ auto all_to_all(const Sharded<T, L, B>& x) {
     const int p = x.size();
     detail::check_divisible(To::kind, x.rows(), x.cols(), p, "all_to_all<", To::name, ">");
     auto e = explain_op(x.group(), "all_to_all", dtype_of<T>,
-                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), To::kind)); });
+                        {note(x), " → ", note(x.rows(), x.cols(), To::kind)});
     const Index br = x.rows() / p, bc = x.cols() / p;  // the exchanged tile is br × bc
     const auto n = static_cast<std::size_t>(br * bc);
     const CallInfo info{L::notation, To::notation};

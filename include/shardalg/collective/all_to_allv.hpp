@@ -75,9 +75,9 @@ RaggedRows<T, B> all_to_allv(const RaggedRows<T, B>& x, std::vector<Index> recv_
     rc[i] = static_cast<std::size_t>(recv_rows[i] * cols);
     recv_total += recv_rows[i];
   }
-  auto e = explain_op(x.group, "all_to_allv", dtype_of<T>, [&] {
-    return detail::cat(x.local.rows(), "x", cols, "[Row~] → ", recv_total, "x", cols, "[Row~]");
-  });
+  auto e = explain_op(x.group, "all_to_allv", dtype_of<T>,
+                      {Note::number(x.local.rows()), "x", Note::number(cols), "[Row~] → ", Note::number(recv_total), "x",
+                       Note::number(cols), "[Row~]"});
   // Row-major blocks: a run of whole rows is contiguous, so the runs are the all_to_allv's blocks.
   auto out = B::template empty<T>(recv_total, cols);
   Group g = x.group;

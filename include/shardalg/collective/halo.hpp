@@ -126,9 +126,9 @@ HaloBlock<T, B> halo_exchange(const Sharded<T, RowSharded, B>& x, Index radius) 
   detail::check_operand(x.group(), "halo_exchange");
   const int p = x.size();
   detail::check_halo_radius("halo_exchange", radius, x.rows(), p);
-  auto e = explain_op(x.group(), "halo_exchange", dtype_of<T>, [&] {
-    return detail::cat(notation(x), " → ", x.rows(), "x", x.cols(), "[", row_halo_notation, "] (halo ", radius, ")");
-  });
+  auto e = explain_op(x.group(), "halo_exchange", dtype_of<T>,
+                      {note(x), " → ", Note::number(x.rows()), "x", Note::number(x.cols()), "[", row_halo_notation,
+                       "] (halo ", Note::number(radius), ")"});
   const Index m = x.local_rows(), c = x.cols(), r = radius;
   auto padded = B::template zeros<T>(m + 2 * r, c);
   B::paste_block(padded, r, 0, x.local());
@@ -159,10 +159,9 @@ namespace adjoint {
 template <class T, class B>
 Sharded<T, RowSharded, B> halo_exchange(const HaloBlock<T, B>& dx) {
   detail::check_operand(dx.group(), "adjoint::halo_exchange");
-  auto e = explain_op(dx.group(), "adjoint::halo_exchange", dtype_of<T>, [&] {
-    return detail::cat(dx.rows(), "x", dx.cols(), "[", row_halo_notation, "] (halo ", dx.radius(), ") → ",
-                       notation(dx.rows(), dx.cols(), LayoutKind::row));
-  });
+  auto e = explain_op(dx.group(), "adjoint::halo_exchange", dtype_of<T>,
+                      {Note::number(dx.rows()), "x", Note::number(dx.cols()), "[", row_halo_notation, "] (halo ",
+                       Note::number(dx.radius()), ") → ", note(dx.rows(), dx.cols(), LayoutKind::row)});
   const int p = dx.size();
   const Index m = dx.own_rows(), c = dx.cols(), r = dx.radius();
   auto own = B::copy_block(dx.local(), r, 0, m, c);

@@ -18,7 +18,7 @@ auto reduce_scatter(const Sharded<T, L, B>& x) {
     const int p = x.size();
     detail::check_divisible(To::kind, x.rows(), x.cols(), p, "reduce_scatter<", To::name, ">");
     auto e = explain_op(x.group(), "reduce_scatter", dtype_of<T>,
-                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), To::kind)); });
+                        {note(x), " → ", note(x.rows(), x.cols(), To::kind)});
     const auto [lr, lc] = local_shape(To::kind, x.rows(), x.cols(), p);
     auto out = B::template empty<T>(lr, lc);
     const auto n = static_cast<std::size_t>(lr * lc);

@@ -18,7 +18,7 @@ auto split(const Sharded<T, L, B>& x) {
     const int p = x.size(), r = x.rank();
     detail::check_divisible(To::kind, x.rows(), x.cols(), p, "split<", To::name, ">");
     auto e = explain_op(x.group(), "split", dtype_of<T>,
-                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), To::kind)); });
+                        {note(x), " → ", note(x.rows(), x.cols(), To::kind)});
     const auto [lr, lc] = local_shape(To::kind, x.rows(), x.cols(), p);
     const Index r0 = To::kind == LayoutKind::row ? r * lr : 0;
     const Index c0 = To::kind == LayoutKind::col ? r * lc : 0;

@@ -25,7 +25,7 @@ template <class T, class L, class B>
 auto sum(const Sharded<T, L, B>& x) {
   detail::check_operand(x.group(), "sum");
   // Σ X[L] → [R]: local for R, else the partial sums are all-reduced (listed as a child op).
-  auto e = explain_op(x.group(), "sum", dtype_of<T>, [&] { return detail::cat("Σ ", notation(x), " → 1x1[R]"); });
+  auto e = explain_op(x.group(), "sum", dtype_of<T>, {"Σ ", note(x), " → 1x1[R]"});
   auto s = B::row_sum(B::col_sum(x.local()));  // [1, 1]: Σ of this rank's block
   if constexpr (WholeLayout<L>) {
     return Sharded<T, L, B>(std::move(s), 1, 1, x.group());

@@ -21,9 +21,7 @@ Sharded<U, L, B> cast(const Sharded<T, L, B>& x) {
   static_assert(requires(const typename B::template matrix<T>& m) { B::template cast<U>(m); },
                 "shardalg: cast<U>(x) needs the backend's cast<U>(block)");
   detail::check_operand(x.group(), "cast");
-  auto e = explain_op(x.group(), "cast", dtype_of<U>, [&] {
-    return detail::cat(to_string(dtype_of<T>), " ", notation(x), " → ", to_string(dtype_of<U>), " ", notation(x));
-  });
+  auto e = explain_op(x.group(), "cast", dtype_of<U>, {to_string(dtype_of<T>), " ", note(x), " → ", to_string(dtype_of<U>), " ", note(x)});
   if constexpr (std::is_same_v<U, T>) {
     return x;
   } else {

@@ -33,11 +33,6 @@ const Group& same_shape_group(const Sharded<T, L, B>& a, const auto& b, std::str
     throw ShapeError(cat(op, ": shapes differ: ", a.rows(), "x", a.cols(), " and ", b.rows(), "x", b.cols()));
   return result_group(a.group(), b.group(), op);
 }
-/// "a[L] op b[M] → a's shape[L]" (add, sub, add_bias keep the first operand's layout).
-template <class T, class L, class B>
-std::string binary_notation(const Sharded<T, L, B>& a, std::string_view op, const auto& b) {
-  return cat(notation(a), op, notation(b), " → ", notation(a));
-}
 template <class T, class L, class B, class Local>
 Sharded<T, L, B> like(const Group& g, Local local, Index rows, Index cols) {
   return Sharded<T, L, B>(std::move(local), rows, cols, g);
@@ -51,7 +46,7 @@ auto operator+(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
     return diagnose<rule.error, T>();
   } else {
     const Group& g = detail::same_shape_group(a, b, "add");
-    auto e = explain_op(g, "add", dtype_of<T>, [&] { return detail::binary_notation(a, " + ", b); });
+    auto e = explain_op(g, "add", dtype_of<T>, {note(a), " + ", note(b), " → ", note(a)});
     return detail::like<T, LA, B>(g, B::zip(a.local(), b.local(), fn::plus{}), a.rows(), a.cols());
   }
 }
@@ -63,7 +58,7 @@ auto operator-(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
     return diagnose<rule.error, T>();
   } else {
     const Group& g = detail::same_shape_group(a, b, "sub");
-    auto e = explain_op(g, "sub", dtype_of<T>, [&] { return detail::binary_notation(a, " − ", b); });
+    auto e = explain_op(g, "sub", dtype_of<T>, {note(a), " − ", note(b), " → ", note(a)});
     return detail::like<T, LA, B>(g, B::zip(a.local(), b.local(), fn::minus{}), a.rows(), a.cols());
   }
 }
@@ -79,7 +74,7 @@ template <class S, class T, class L, class B>
   requires ScalarFor<S, T>
 Sharded<T, L, B> operator*(S alpha, const Sharded<T, L, B>& a) {
   detail::check_operand(a.group(), "scale");
-  auto e = explain_op(a.group(), "scale", dtype_of<T>, [&] { return detail::cat("α · ", notation(a), " → ", notation(a)); });
+  auto e = explain_op(a.group(), "scale", dtype_of<T>, {"α · ", note(a), " → ", note(a)});
   return detail::like<T, L, B>(a.group(), B::map(a.local(), fn::scale<T>{static_cast<T>(alpha)}), a.rows(),
                                a.cols());
 }
@@ -97,7 +92,7 @@ auto map(const Sharded<T, L, B>& a, F f) {
     return diagnose<rule.error, T>();
   } else {
     detail::check_operand(a.group(), "map");
-    auto e = explain_op(a.group(), "map", dtype_of<T>, [&] { return detail::cat("f(", notation(a), ") → ", notation(a)); });
+    auto e = explain_op(a.group(), "map", dtype_of<T>, {"f(", note(a), ") → ", note(a)});
     return detail::like<T, L, B>(a.group(), B::map(a.local(), f), a.rows(), a.cols());
   }
 }
@@ -110,9 +105,7 @@ auto hadamard(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
     return diagnose<rule.error, T>();
   } else {
     const Group& g = detail::same_shape_group(a, b, "hadamard");
-    auto e = explain_op(g, "hadamard", dtype_of<T>, [&] {
-      return detail::cat(notation(a), " ⊙ ", notation(b), " → ", notation(a.rows(), a.cols(), rule.result));
-    });
+    auto e = explain_op(g, "hadamard", dtype_of<T>, {note(a), " ⊙ ", note(b), " → ", note(a.rows(), a.cols(), rule.result)});
     return detail::like<T, layout_t<rule.result>, B>(g, B::zip(a.local(), b.local(), fn::times{}), a.rows(),
                                                      a.cols());
   }
@@ -131,7 +124,7 @@ auto add_bias(const Sharded<T, LX, B>& x, const Sharded<T, LBias, B>& b) {
       throw ShapeError(detail::cat("add_bias: bias is ", b.rows(), "x", b.cols(), " but the activation has ",
                                    x.cols(), " columns (expected 1x", x.cols(), ")"));
     const Group& g = detail::result_group(x.group(), b.group(), "add_bias");
-    auto e = explain_op(g, "add_bias", dtype_of<T>, [&] { return detail::binary_notation(x, " + 1·", b); });
+    auto e = explain_op(g, "add_bias", dtype_of<T>, {note(x), " + 1·", note(b), " → ", note(x)});
     return detail::like<T, LX, B>(g, B::add_row(x.local(), b.local()), x.rows(), x.cols());
   }
 }
@@ -147,7 +140,7 @@ auto softmax_rows(const Sharded<T, L, B>& x) {
     if (x.cols() == 0 && x.rows() > 0)
       throw ShapeError(detail::cat("softmax_rows: ", x.rows(), "x0 has no columns (a softmax over 0 entries is undefined)"));
     auto e = explain_op(x.group(), "softmax_rows", dtype_of<T>,
-                        [&] { return detail::cat("softmax(", notation(x), ") → ", notation(x)); });
+                        {"softmax(", note(x), ") → ", note(x)});
     return detail::like<T, L, B>(x.group(), B::softmax_rows(x.local()), x.rows(), x.cols());
   }
 }
@@ -158,7 +151,7 @@ auto col_sum(const Sharded<T, L, B>& x) {
   constexpr auto rule = rules::col_sum(L::kind);
   detail::check_operand(x.group(), "col_sum");
   auto e = explain_op(x.group(), "col_sum", dtype_of<T>,
-                      [&] { return detail::cat("Σ_i ", notation(x), " → ", notation(1, x.cols(), rule.result)); });
+                      {"Σ_i ", note(x), " → ", note(1, x.cols(), rule.result)});
   return Sharded<T, layout_t<rule.result>, B>(B::col_sum(x.local()), 1, x.cols(), x.group());
 }
 
@@ -168,7 +161,7 @@ auto row_sum(const Sharded<T, L, B>& x) {
   constexpr auto rule = rules::row_sum(L::kind);
   detail::check_operand(x.group(), "row_sum");
   auto e = explain_op(x.group(), "row_sum", dtype_of<T>,
-                      [&] { return detail::cat("Σ_k ", notation(x), " → ", notation(x.rows(), 1, rule.result)); });
+                      {"Σ_k ", note(x), " → ", note(x.rows(), 1, rule.result)});
   return Sharded<T, layout_t<rule.result>, B>(B::row_sum(x.local()), x.rows(), 1, x.group());
 }
 

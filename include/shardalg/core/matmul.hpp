@@ -58,10 +58,24 @@ MatView<typename operand<X>::value_type> view_of(const X& x) {
   return O::backend::view(t.local(), O::trans);
 }
 /// "16x8[Row]" for a tensor, "(16x8[Row])ᵀ" for its transposed view (which acts as 8x16[C]).
-template <class X>
-std::string operand_notation(const X& x) {
+/// An operand's explain pieces: I = 0, 1, 2 are "(" (transposed) or "", the tensor, ")ᵀ" or "".
+template <int I, class X>
+Note operand_note(const X& x) {
   using O = operand<X>;
-  return O::trans ? cat("(", notation(O::tensor(x)), ")ᵀ") : notation(O::tensor(x));
+  if constexpr (I == 1) return note(O::tensor(x));
+  else if constexpr (I == 0) return O::trans ? "(" : "";
+  else return O::trans ? ")ᵀ" : "";
+}
+/// "matmul<R>", "matmul<C>", …: the name of a planned product in the explain log.
+inline std::string_view planned_matmul_name(LayoutKind k) {
+  switch (k) {
+    case LayoutKind::replicated: return "matmul<R>";
+    case LayoutKind::row: return "matmul<Row>";
+    case LayoutKind::col: return "matmul<C>";
+    case LayoutKind::partial: return "matmul<Partial>";
+    case LayoutKind::invariant: return "matmul<I>";
+  }
+  return "matmul<?>";
 }
 template <class X>
 std::pair<Index, Index> global_shape(const X& x) {
@@ -122,10 +136,10 @@ auto matmul(const A& a, const Bop& b) {
     const int p = g.size();
     detail::check_divisible(rule.result, m, n, p, "matmul result");
     // A[a] · B[b] → C[rule.result], local: the log shows no collective under it.
-    auto e = explain_op(g, "matmul", dtype_of<T>, [&, rows = m, cols = n] {  // (Clang 14: no binding captures)
-      return detail::cat(detail::operand_notation(a), " · ", detail::operand_notation(b), " → ",
-                         notation(rows, cols, rule.result));
-    });
+    auto e = explain_op(g, "matmul", dtype_of<T>,
+                        {detail::operand_note<0>(a), detail::operand_note<1>(a), detail::operand_note<2>(a), " · ",
+                         detail::operand_note<0>(b), detail::operand_note<1>(b), detail::operand_note<2>(b), " → ",
+                         note(m, n, rule.result)});
     return Out(detail::local_product<T, Bk>(detail::view_of(a), detail::view_of(b), rule, m, n, g.rank(), p), m, n,
                g);
   }

@@ -92,12 +92,9 @@ Moving<T, B> run_product(const Moving<T, B>& a, bool ta, const Moving<T, B>& b, 
   const MatmulRule rule = matmul_rule(ta ? transpose(a.kind) : a.kind, tb ? transpose(b.kind) : b.kind);
   if (!rule.valid) throw Error("matmul<To>: the planner chose an invalid local product");  // unreachable
   const int p = a.group.size();
-  auto e = explain_op(a.group, "matmul", dtype_of<T>, [&] {
-    auto op = [](const Moving<T, B>& x, bool t) {
-      return t ? cat("(", notation(x.rows, x.cols, x.kind), ")ᵀ") : notation(x.rows, x.cols, x.kind);
-    };
-    return cat(op(a, ta), " · ", op(b, tb), " → ", notation(m, n, rule.result));
-  });
+  auto e = explain_op(a.group, "matmul", dtype_of<T>,
+                      {ta ? "(" : "", note(a.rows, a.cols, a.kind), ta ? ")ᵀ" : "", " · ", tb ? "(" : "",
+                       note(b.rows, b.cols, b.kind), tb ? ")ᵀ" : "", " → ", note(m, n, rule.result)});
   return {nullptr, local_product<T, B>(B::view(a.local(), ta), B::view(b.local(), tb), rule, m, n, a.group.rank(), p),
           m, n, rule.result, a.group};
 }
@@ -166,10 +163,10 @@ auto matmul(const A& a, const B& b, const plan::Model& model = {}) {
     const plan::MatmulPlan pl = detail::matmul_plan_for<To>(a, b, model);
     const auto m = detail::global_shape(a).first, n = detail::global_shape(b).second;
     // op(A) · op(B) → C[To]: the chains and the local product are listed under it.
-    auto e = explain_op(g, detail::cat("matmul<", To::notation, ">"), dtype_of<T>, [&] {
-      return detail::cat(detail::operand_notation(a), " · ", detail::operand_notation(b), " → ",
-                         notation(m, n, To::kind));
-    });
+    auto e = explain_op(g, detail::planned_matmul_name(To::kind), dtype_of<T>,
+                        {detail::operand_note<0>(a), detail::operand_note<1>(a), detail::operand_note<2>(a), " · ",
+                         detail::operand_note<0>(b), detail::operand_note<1>(b), detail::operand_note<2>(b), " → ",
+                         note(m, n, To::kind)});
     const detail::Moving<T, Bk> a2 = detail::run_chain_on(ta, detail::chain_under<A>(pl.pre_a), g);
     const detail::Moving<T, Bk> b2 = detail::run_chain_on(tb, detail::chain_under<B>(pl.pre_b), g);
     return detail::run_chain_to<To>(detail::run_product(a2, OA::trans, b2, OB::trans, m, n), pl.post);

@@ -37,7 +37,7 @@ auto to_partial(const Sharded<T, L, B>& x) {
   } else {
     detail::check_operand(x.group(), "to_partial");
     auto e = explain_op(x.group(), "to_partial", dtype_of<T>,
-                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), LayoutKind::partial)); });
+                        {note(x), " → ", note(x.rows(), x.cols(), LayoutKind::partial)});
     auto out = B::template zeros<T>(x.rows(), x.cols());
     if constexpr (WholeLayout<L>) {
       if (x.rank() == 0) out = x.local();
@@ -112,7 +112,7 @@ auto redistribute(const Sharded<T, L, B>& x, const plan::Model& m = {}) {
     const auto pl = detail::redistribute_plan_for(x, To::kind, m);
     // X[L] → X[To]; the chain's steps are listed under it as the collectives they are.
     auto e = explain_op(x.group(), "redistribute", dtype_of<T>,
-                        [&] { return detail::cat(notation(x), " → ", notation(x.rows(), x.cols(), To::kind)); });
+                        {note(x), " → ", note(x.rows(), x.cols(), To::kind)});
     return detail::run_chain<To>(x, pl.chain);
   }
 }

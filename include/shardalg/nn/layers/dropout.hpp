@@ -46,7 +46,7 @@ struct Dropout {
   template <class T, class L, class B>
   Sharded<T, L, B> forward_add(const Sharded<T, L, B>& x, const Sharded<T, L, B>& z) const {
     const Group& g = shardalg::detail::same_shape_group(x, z, "add");
-    auto e = explain_op(g, "add", dtype_of<T>, [&] { return shardalg::detail::binary_notation(x, " + ", z); });
+    auto e = explain_op(g, "add", dtype_of<T>, {note(x), " + ", note(z), " → ", note(x)});
     return Sharded<T, L, B>(Fused<B>::dropout_add(x.local(), z.local(), p, seed, tensor, row_base + z.row_offset(), z.col_offset()),
                             x.rows(), x.cols(), g);
   }

@@ -191,9 +191,7 @@ class Mlp {
   /// gated product, [T, F/P]): nn::Fused's bias_act, one pass.
   Col bias_activate(Col& y) const {
     const auto& b = fc1_.bias();
-    auto e = explain_op(y.group(), "bias_act", dtype_of<T>, [&] {
-      return shardalg::detail::cat("act(", notation(y), " + 1·b[C]) → ", notation(y.rows(), act_cols(y), LayoutKind::col));
-    });
+    auto e = explain_op(y.group(), "bias_act", dtype_of<T>, {"act(", note(y), " + 1·b[C]) → ", note(y.rows(), act_cols(y), LayoutKind::col)});
     auto a = Fused<B>::bias_act(y.local(), b ? &b->local() : nullptr, cfg_.act);
     return Col(std::move(a), y.rows(), act_cols(y), y.group());
   }
@@ -202,7 +200,7 @@ class Mlp {
   /// col_sum(dH) → C, in one pass (nn::Fused's act_grad).
   std::pair<Col, std::optional<typename Fc1::Bias>> activate_grad(const Col& h, Col da) const {
     const Group& g = shardalg::detail::result_group(h.group(), da.group(), "act_grad");  // as hadamard's
-    auto e = explain_op(g, "act_grad", dtype_of<T>, [&] { return shardalg::detail::cat(notation(da), " ⊙ act'(", notation(h), ") → ", notation(h)); });
+    auto e = explain_op(g, "act_grad", dtype_of<T>, {note(da), " ⊙ act'(", note(h), ") → ", note(h)});
     const bool bias = fc1_.bias().has_value();
     typename B::template matrix<T> db;
     auto dh = Fused<B>::act_grad(h.local(), std::move(da).local(), cfg_.act, bias ? &db : nullptr);

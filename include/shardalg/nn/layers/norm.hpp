@@ -130,9 +130,8 @@ class LayerNorm {
     // dX, dγ = col_sum(dY ⊙ x̂) and dβ = col_sum(dY) in one sweep (backend/cpu/fused.hpp); the layouts are
     // col_sum's (R → R, Row → Partial), checked as the unfused col_sum(hadamard(…)) checks them
     const Group& g = shardalg::detail::same_shape_group(dy, c.xhat, "hadamard");
-    auto e = explain_op(g, "norm_grad", dtype_of<T>, [&] {
-      return shardalg::detail::cat(notation(dy), residual ? " → residual + dX, Σ_i dY ⊙ x̂, Σ_i dY" : " → dX, Σ_i dY ⊙ x̂, Σ_i dY");
-    });
+    auto e = explain_op(g, "norm_grad", dtype_of<T>,
+                        {note(dy), residual ? " → residual + dX, Σ_i dY ⊙ x̂, Σ_i dY" : " → dX, Σ_i dY ⊙ x̂, Σ_i dY"});
     auto r = Fused<B>::norm_backward(dy.local(), c.xhat.local(), gamma_.local(), c.rstd, center, beta_.has_value(), residual);
     using GL = GradLayout<L>;
     ParamGrads<L> pg{Sharded<T, GL, B>(std::move(r.dgamma), 1, dy.cols(), g), std::nullopt};
