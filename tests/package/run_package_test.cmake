@@ -31,7 +31,7 @@ execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build RESULT_VARIAB
 if(rc)
   message(FATAL_ERROR "building the consumer failed: ${rc}")
 endif()
-foreach(exe consumer consumer_blas)
+foreach(exe consumer consumer_blas consumer_compiled)
   if(EXISTS ${WORK_DIR}/build/${exe})
     execute_process(COMMAND ${WORK_DIR}/build/${exe} RESULT_VARIABLE rc)
     if(rc)

@@ -19,6 +19,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cstdint>
 
 #include "shardalg/backend/cpu/col_sum_order.hpp"
 #include "shardalg/base/index.hpp"
@@ -27,6 +28,11 @@
 
 #if defined(SHARDALG_HAVE_BLAS)
 #include <cblas.h>
+#if defined(SHARDALG_EXTERN_TEMPLATES)
+// shardalg::compiled is built without BLAS: its instantiations would call Eigen's GEMM where this
+// translation unit's call cblas — two definitions of one function, and the linker keeps one.
+#error "shardalg::compiled and shardalg::blas do not combine: link one of them (docs/testing.md, 'Compile time')"
+#endif
 #endif
 
 namespace shardalg {
@@ -94,40 +100,7 @@ struct CpuBackend {
   }
   /// The same into a strided row-major block: C is [a.rows, b.cols] at c with leading dimension ldc.
   template <class T>
-  static void gemm(T alpha, MatView<T> a, MatView<T> b, T beta, T* c, Index ldc) {
-    const Index m = a.rows, n = b.cols;
-    using Stride = Eigen::OuterStride<>;
-    Eigen::Map<matrix<T>, 0, Stride> C(c, m, n, Stride(std::max<Index>(ldc, 1)));
-    if (m == 0 || n == 0) return;
-#if defined(SHARDALG_HAVE_BLAS)
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      const auto k = static_cast<int>(a.cols);
-      if (k == 0) {
-        if (beta == T(0)) C.setZero();
-        else C *= beta;
-        return;
-      }
-      const auto ta = a.trans ? CblasTrans : CblasNoTrans, tb = b.trans ? CblasTrans : CblasNoTrans;
-      const auto lda = static_cast<int>(std::max<Index>(1, a.ld)), ldb = static_cast<int>(std::max<Index>(1, b.ld));
-      const auto mi = static_cast<int>(m), ni = static_cast<int>(n), ldci = static_cast<int>(std::max<Index>(ldc, 1));
-      if constexpr (std::is_same_v<T, float>)
-        cblas_sgemm(CblasRowMajor, ta, tb, mi, ni, k, alpha, a.data, lda, b.data, ldb, beta, c, ldci);
-      else
-        cblas_dgemm(CblasRowMajor, ta, tb, mi, ni, k, alpha, a.data, lda, b.data, ldb, beta, c, ldci);
-      return;
-    }
-#endif
-    using Map = Eigen::Map<const matrix<T>, 0, Stride>;
-    const Map A(a.data, a.trans ? a.cols : a.rows, a.trans ? a.rows : a.cols, Stride(std::max<Index>(a.ld, 1)));
-    const Map B(b.data, b.trans ? b.cols : b.rows, b.trans ? b.rows : b.cols, Stride(std::max<Index>(b.ld, 1)));
-    if (beta == T(0)) C.setZero();
-    else if (beta != T(1)) C *= beta;
-    // Eigen dispatches each combination to its GEMM kernel with transpose flags: no copies.
-    if (!a.trans && !b.trans) C.noalias() += alpha * (A * B);
-    else if (a.trans && !b.trans) C.noalias() += alpha * (A.transpose() * B);
-    else if (!a.trans && b.trans) C.noalias() += alpha * (A * B.transpose());
-    else C.noalias() += alpha * (A.transpose() * B.transpose());
-  }
+  static void gemm(T alpha, MatView<T> a, MatView<T> b, T beta, T* c, Index ldc);
 
   /// [rows, P·w] → P blocks [rows, w] stacked: block s is columns [s·w, (s+1)·w).
   template <class T>
@@ -208,5 +181,51 @@ struct CpuBackend {
     return y;
   }
 };
+
+// Defined outside the class (not inline), so that shardalg::compiled can hold its instantiations.
+template <class T>
+void CpuBackend::gemm(T alpha, MatView<T> a, MatView<T> b, T beta, T* c, Index ldc) {
+    const Index m = a.rows, n = b.cols;
+    using Stride = Eigen::OuterStride<>;
+    Eigen::Map<matrix<T>, 0, Stride> C(c, m, n, Stride(std::max<Index>(ldc, 1)));
+    if (m == 0 || n == 0) return;
+#if defined(SHARDALG_HAVE_BLAS)
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      const auto k = static_cast<int>(a.cols);
+      if (k == 0) {
+        if (beta == T(0)) C.setZero();
+        else C *= beta;
+        return;
+      }
+      const auto ta = a.trans ? CblasTrans : CblasNoTrans, tb = b.trans ? CblasTrans : CblasNoTrans;
+      const auto lda = static_cast<int>(std::max<Index>(1, a.ld)), ldb = static_cast<int>(std::max<Index>(1, b.ld));
+      const auto mi = static_cast<int>(m), ni = static_cast<int>(n), ldci = static_cast<int>(std::max<Index>(ldc, 1));
+      if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, ta, tb, mi, ni, k, alpha, a.data, lda, b.data, ldb, beta, c, ldci);
+      else
+        cblas_dgemm(CblasRowMajor, ta, tb, mi, ni, k, alpha, a.data, lda, b.data, ldb, beta, c, ldci);
+      return;
+    }
+#endif
+    using Map = Eigen::Map<const matrix<T>, 0, Stride>;
+    const Map A(a.data, a.trans ? a.cols : a.rows, a.trans ? a.rows : a.cols, Stride(std::max<Index>(a.ld, 1)));
+    const Map B(b.data, b.trans ? b.cols : b.rows, b.trans ? b.rows : b.cols, Stride(std::max<Index>(b.ld, 1)));
+    if (beta == T(0)) C.setZero();
+    else if (beta != T(1)) C *= beta;
+    // Eigen dispatches each combination to its GEMM kernel with transpose flags: no copies.
+    if (!a.trans && !b.trans) C.noalias() += alpha * (A * B);
+    else if (a.trans && !b.trans) C.noalias() += alpha * (A.transpose() * B);
+    else if (!a.trans && b.trans) C.noalias() += alpha * (A * B.transpose());
+    else C.noalias() += alpha * (A.transpose() * B.transpose());
+  }
+
+#if defined(SHARDALG_EXTERN_TEMPLATES)  // compiled in src/backend.cpp (shardalg::compiled)
+extern template void CpuBackend::gemm<float>(float, MatView<float>, MatView<float>, float, float*, Index);
+extern template void CpuBackend::gemm<double>(double, MatView<double>, MatView<double>, double, double*, Index);
+extern template void CpuBackend::gemm<std::int32_t>(std::int32_t, MatView<std::int32_t>, MatView<std::int32_t>,
+                                                   std::int32_t, std::int32_t*, Index);
+extern template void CpuBackend::gemm<std::int64_t>(std::int64_t, MatView<std::int64_t>, MatView<std::int64_t>,
+                                                   std::int64_t, std::int64_t*, Index);
+#endif
 
 }  // namespace shardalg

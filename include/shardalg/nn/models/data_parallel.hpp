@@ -59,7 +59,96 @@ class DataParallelGpt {
 
   /// `global.batch` is the whole batch; the mesh needs axes dp and tp (any other axis of size 1).
   /// Throws MeshError or DivisibilityError naming the values, and Gpt's own errors.
-  static DataParallelGpt init(const GptConfig& global, const Mesh& mesh, Options o = {}) {
+  static DataParallelGpt init(const GptConfig& global, const Mesh& mesh, Options o = {});
+
+  [[nodiscard]] Model& replica() { return model_; }
+  [[nodiscard]] const Model& replica() const { return model_; }
+  [[nodiscard]] const Mesh& mesh() const { return mesh_; }
+  [[nodiscard]] const GptConfig& config() const { return global_; }
+  /// The bucket plan (made at the first step; per this tensor-parallel rank's parameters).
+  [[nodiscard]] const BucketPlan& plan() {
+    ensure_plan();
+    return plan_;
+  }
+
+  /// Forward and backward on the global batch (the same on every rank); returns its mean loss.
+  T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets);
+  /// The mean loss of the global batch only.
+  T loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets);
+
+  /// All-reduce the gradients over dp, one all_reduce per bucket, and write the results back into
+  /// the replica's gradients: G[dp:Partial, tp:L] → all_reduce<dp> → G[dp:R, tp:L] → view<tp>.
+  /// step() does this itself; call it first to inspect the reduced gradients (grad_masters).
+  void reduce_gradients();
+  /// The gradients reduced over dp, as logical tensors (gathers over tp): the whole batch's.
+  Masters grad_masters();
+
+  /// Reduce the gradients over dp (reduce_gradients), then clip by the global norm and update with
+  /// `opt` (Adam, Sgd) on every replica: Gpt::step on the reduced gradients. Returns the norm
+  /// before clipping; a non-finite norm skips the step.
+  template <class Opt>
+  double step(Opt& opt, double max_grad_norm = 0.0) {
+    reduce_gradients();
+    reduced_ = false;
+    return model_.step(opt, max_grad_norm);
+  }
+
+  /// ZeRO-1: per bucket, reduce_scatter<dp> the gradients, update this rank's slice with Adam
+  /// (its moments only), all_gather<dp> the parameters. The same norm, clipping and skip rule.
+  double step(ShardedAdam<T, B>& opt, double max_grad_norm = 0.0);
+
+  /// The logical masters (any mesh can load them).
+  Masters masters() { return model_.masters(); }
+  void load(const Masters& m) { model_.load(m); }
+  /// The sharded optimizer's moments as logical masters ("m." / "v."), like Gpt::optimizer_masters
+  /// of an Adam: gathered over dp (verification-class traffic), so any mesh can load them.
+  Masters optimizer_masters(ShardedAdam<T, B>& opt) { return model_.optimizer_masters(full_adam(opt)); }
+  template <class Opt>
+  Masters optimizer_masters(const Opt& opt) {
+    return model_.optimizer_masters(opt);
+  }
+  /// Load moments written at any mesh into the sharded optimizer (this rank keeps its slices).
+  void load_optimizer(ShardedAdam<T, B>& opt, const Masters& in);
+  template <class Opt>
+  void load_optimizer(Opt& opt, const Masters& in) {
+    model_.load_optimizer(opt, in);
+  }
+
+ private:
+  DataParallelGpt(const GptConfig& global, const Mesh& mesh, Model m, Options o)
+      : global_(global), mesh_(mesh), model_(std::move(m)), opt_(o) {}
+
+  T run(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward);
+
+  /// √(Σ_tp Σ_dp sharded + Σ_dp replicated) over this rank's gradient slices: one all_reduce of
+  /// two values on dp, then one of one value on tp (Gpt's norm rule, nn/optim/optim.hpp).
+  double sliced_norm(const std::vector<Mat>& gslice);
+
+  void ensure_plan() {
+    if (!plan_.slots.empty()) return;
+    plan_.bucket_elements = opt_.bucket_elements;
+    plan_.pad_to = mesh_.size("dp");
+    model_.visit_params([&](const ParamInfo& info, const TensorMap&, auto& w) { plan_.add(slot_of(info, w)); });
+  }
+  void require_grads() const {
+    if (!model_.grads()) throw ShapeError("DataParallelGpt: step() without gradients; call forward_backward first");
+  }
+  RecorderScope scope(const std::string& label) const { return shardalg::scope(mesh_.world(), label); }
+  /// The whole moments of this tp rank's parameters, gathered over dp into an Adam's state.
+  Adam<T, B> full_adam(const ShardedAdam<T, B>& opt);
+
+  GptConfig global_;
+  Mesh mesh_;
+  Model model_;
+  Options opt_;
+  BucketPlan plan_;
+  T weight_ = T(1);
+  bool reduced_ = false;  // the replica's gradients hold G[dp:R] (reduce_gradients)
+};
+
+// ---- DataParallelGpt's members defined outside the class (not inline: see nn/models/gpt.hpp).
+template <Element T, class B>
+DataParallelGpt<T, B> DataParallelGpt<T, B>::init(const GptConfig& global, const Mesh& mesh, Options o) {
     using shardalg::detail::cat;
     if (!mesh.has("dp") || !mesh.has("tp"))
       throw MeshError(cat("DataParallelGpt: the mesh ", mesh.describe(), " needs the axes dp and tp"));
@@ -74,29 +163,18 @@ class DataParallelGpt {
     return DataParallelGpt(global, mesh, Model::init(local, mesh.group("tp")), o);
   }
 
-  [[nodiscard]] Model& replica() { return model_; }
-  [[nodiscard]] const Model& replica() const { return model_; }
-  [[nodiscard]] const Mesh& mesh() const { return mesh_; }
-  [[nodiscard]] const GptConfig& config() const { return global_; }
-  /// The bucket plan (made at the first step; per this tensor-parallel rank's parameters).
-  [[nodiscard]] const BucketPlan& plan() {
-    ensure_plan();
-    return plan_;
-  }
-
-  /// Forward and backward on the global batch (the same on every rank); returns its mean loss.
-  T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
+template <Element T, class B>
+T DataParallelGpt<T, B>::forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
     return run(tokens, targets, true);
   }
-  /// The mean loss of the global batch only.
-  T loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
+
+template <Element T, class B>
+T DataParallelGpt<T, B>::loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
     return run(tokens, targets, false);
   }
 
-  /// All-reduce the gradients over dp, one all_reduce per bucket, and write the results back into
-  /// the replica's gradients: G[dp:Partial, tp:L] → all_reduce<dp> → G[dp:R, tp:L] → view<tp>.
-  /// step() does this itself; call it first to inspect the reduced gradients (grad_masters).
-  void reduce_gradients() {
+template <Element T, class B>
+void DataParallelGpt<T, B>::reduce_gradients() {
     require_grads();
     if (reduced_) return;
     ensure_plan();
@@ -128,25 +206,15 @@ class DataParallelGpt {
     });
     reduced_ = true;
   }
-  /// The gradients reduced over dp, as logical tensors (gathers over tp): the whole batch's.
-  Masters grad_masters() {
+
+template <Element T, class B>
+Masters DataParallelGpt<T, B>::grad_masters() {
     reduce_gradients();
     return model_.grad_masters();
   }
 
-  /// Reduce the gradients over dp (reduce_gradients), then clip by the global norm and update with
-  /// `opt` (Adam, Sgd) on every replica: Gpt::step on the reduced gradients. Returns the norm
-  /// before clipping; a non-finite norm skips the step.
-  template <class Opt>
-  double step(Opt& opt, double max_grad_norm = 0.0) {
-    reduce_gradients();
-    reduced_ = false;
-    return model_.step(opt, max_grad_norm);
-  }
-
-  /// ZeRO-1: per bucket, reduce_scatter<dp> the gradients, update this rank's slice with Adam
-  /// (its moments only), all_gather<dp> the parameters. The same norm, clipping and skip rule.
-  double step(ShardedAdam<T, B>& opt, double max_grad_norm = 0.0) {
+template <Element T, class B>
+double DataParallelGpt<T, B>::step(ShardedAdam<T, B>& opt, double max_grad_norm) {
     require_grads();
     ensure_plan();
     const Group& dpg = mesh_.group("dp");
@@ -205,18 +273,8 @@ class DataParallelGpt {
     return norm;
   }
 
-  /// The logical masters (any mesh can load them).
-  Masters masters() { return model_.masters(); }
-  void load(const Masters& m) { model_.load(m); }
-  /// The sharded optimizer's moments as logical masters ("m." / "v."), like Gpt::optimizer_masters
-  /// of an Adam: gathered over dp (verification-class traffic), so any mesh can load them.
-  Masters optimizer_masters(ShardedAdam<T, B>& opt) { return model_.optimizer_masters(full_adam(opt)); }
-  template <class Opt>
-  Masters optimizer_masters(const Opt& opt) {
-    return model_.optimizer_masters(opt);
-  }
-  /// Load moments written at any mesh into the sharded optimizer (this rank keeps its slices).
-  void load_optimizer(ShardedAdam<T, B>& opt, const Masters& in) {
+template <Element T, class B>
+void DataParallelGpt<T, B>::load_optimizer(ShardedAdam<T, B>& opt, const Masters& in) {
     ensure_plan();
     Adam<T, B> full(opt.options());
     model_.load_optimizer(full, in);
@@ -236,16 +294,9 @@ class DataParallelGpt {
       opt.v()[b] = fv.middleCols(dpg.rank() * len, len);
     }
   }
-  template <class Opt>
-  void load_optimizer(Opt& opt, const Masters& in) {
-    model_.load_optimizer(opt, in);
-  }
 
- private:
-  DataParallelGpt(const GptConfig& global, const Mesh& mesh, Model m, Options o)
-      : global_(global), mesh_(mesh), model_(std::move(m)), opt_(o) {}
-
-  T run(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward) {
+template <Element T, class B>
+T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward) {
     using shardalg::detail::cat;
     const Index total = global_.batch * global_.seq;
     if (static_cast<Index>(tokens.size()) != total || static_cast<Index>(targets.size()) != total)
@@ -274,9 +325,8 @@ class DataParallelGpt {
     return x;
   }
 
-  /// √(Σ_tp Σ_dp sharded + Σ_dp replicated) over this rank's gradient slices: one all_reduce of
-  /// two values on dp, then one of one value on tp (Gpt's norm rule, nn/optim/optim.hpp).
-  double sliced_norm(const std::vector<Mat>& gslice) {
+template <Element T, class B>
+double DataParallelGpt<T, B>::sliced_norm(const std::vector<Mat>& gslice) {
     const Group& dpg = mesh_.group("dp");
     const int d = dpg.size(), r = dpg.rank();
     double acc[2] = {0, 0};  // sharded, replicated
@@ -299,18 +349,8 @@ class DataParallelGpt {
     return std::sqrt(acc[0] + acc[1]);
   }
 
-  void ensure_plan() {
-    if (!plan_.slots.empty()) return;
-    plan_.bucket_elements = opt_.bucket_elements;
-    plan_.pad_to = mesh_.size("dp");
-    model_.visit_params([&](const ParamInfo& info, const TensorMap&, auto& w) { plan_.add(slot_of(info, w)); });
-  }
-  void require_grads() const {
-    if (!model_.grads()) throw ShapeError("DataParallelGpt: step() without gradients; call forward_backward first");
-  }
-  RecorderScope scope(const std::string& label) const { return shardalg::scope(mesh_.world(), label); }
-  /// The whole moments of this tp rank's parameters, gathered over dp into an Adam's state.
-  Adam<T, B> full_adam(const ShardedAdam<T, B>& opt) {
+template <Element T, class B>
+Adam<T, B> DataParallelGpt<T, B>::full_adam(const ShardedAdam<T, B>& opt) {
     ensure_plan();
     Adam<T, B> full(opt.options());
     full.set_step_count(opt.step_count());
@@ -332,13 +372,11 @@ class DataParallelGpt {
     return full;
   }
 
-  GptConfig global_;
-  Mesh mesh_;
-  Model model_;
-  Options opt_;
-  BucketPlan plan_;
-  T weight_ = T(1);
-  bool reduced_ = false;  // the replica's gradients hold G[dp:R] (reduce_gradients)
-};
-
 }  // namespace shardalg::nn
+
+#if defined(SHARDALG_EXTERN_TEMPLATES)  // compiled in src/models.cpp (shardalg::compiled)
+namespace shardalg::nn {
+extern template class DataParallelGpt<float, CpuBackend>;
+extern template class DataParallelGpt<double, CpuBackend>;
+}  // namespace shardalg::nn
+#endif

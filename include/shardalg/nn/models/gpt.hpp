@@ -125,45 +125,13 @@ class Gpt {
   };
 
   /// Throws the layers' typed errors with their texts (heads or ffn not divisible by TP, …).
-  static void check(const GptConfig& c, int p) {
-    using shardalg::detail::cat;
-    if (c.layers < 1) throw ShapeError(cat("Gpt: ", c.layers, " layers; a model needs at least 1"));
-    if (c.batch < 1 || c.seq < 1)
-      throw ShapeError(cat("Gpt: batch ", c.batch, " and sequence length ", c.seq, " must be positive"));
-    if (c.hidden < 1) throw ShapeError(cat("Gpt: hidden size ", c.hidden, " must be positive"));
-    const Index vp = padded_vocab(c.vocab, c.vocab_divisor, p);  // vocabulary and divisor ≥ 1, no overflow
-    // Every size the model allocates, in bytes, must fit 64 bits: tokens × widest row × element size,
-    // and the padded embedding.
-    const Index widest = std::max({c.hidden, c.ffn_size() * (c.activation == Activation::swiglu ? 2 : 1), vp});
-    Index tokens = 0, elems = 0, bytes = 0, emb = 0, emb_bytes = 0;
-    if (__builtin_mul_overflow(c.batch, c.seq, &tokens) || __builtin_mul_overflow(tokens, widest, &elems) ||
-        __builtin_mul_overflow(elems, static_cast<Index>(sizeof(T)), &bytes) ||
-        __builtin_mul_overflow(vp, c.hidden, &emb) || __builtin_mul_overflow(emb, static_cast<Index>(sizeof(T)), &emb_bytes))
-      throw ShapeError(cat("Gpt: batch ", c.batch, " × seq ", c.seq, " tokens × ", widest, " values × ", sizeof(T),
-                           " bytes (or the ", vp, "x", c.hidden, " embedding) overflows 64-bit sizes"));
-    if (!(std::isfinite(c.eps) && c.eps > 0)) throw ShapeError(cat("Gpt: eps ", c.eps, " must be positive and finite"));
-    if (!(std::isfinite(c.init_std) && c.init_std >= 0))
-      throw ShapeError(cat("Gpt: init_std ", c.init_std, " must be finite and not negative"));
-    if (!(c.attn_dropout >= 0.0 && c.attn_dropout < 1.0))
-      throw ShapeError(cat("Gpt: attn_dropout ", c.attn_dropout, " is outside [0, 1)"));
-    Plain::check(c.block(0), p);                       // Attention: heads, groups; Mlp: ffn
-    if (c.sp) Sp::check_tokens(c.tokens(), p);
-    if (!(c.dropout >= 0.0 && c.dropout < 1.0))
-      throw ShapeError(cat("Gpt: dropout ", c.dropout, " is outside [0, 1)"));
-  }
+  static void check(const GptConfig& c, int p);
 
   /// Megatron's init, keyed by global index: normal(0, init_std), the residual output
   /// projections at init_std/√(2·layers), zero biases, unit norm weights.
-  static Gpt init(const GptConfig& c, const Group& g) {
-    check(c, g.size());
-    return Gpt(c, g);
-  }
+  static Gpt init(const GptConfig& c, const Group& g);
   /// The model with the given logical masters (a checkpoint), at this group's TP size.
-  static Gpt from_masters(const GptConfig& c, const Masters& m, const Group& g) {
-    auto model = init(c, g);
-    model.load(m);
-    return model;
-  }
+  static Gpt from_masters(const GptConfig& c, const Masters& m, const Group& g);
 
   [[nodiscard]] const GptConfig& config() const { return cfg_; }
   [[nodiscard]] const Group& group() const { return group_; }
@@ -217,12 +185,7 @@ class Gpt {
 
   /// Forward and backward on one batch (batch × seq tokens, batch-major, the same on every
   /// rank); keeps the gradients for step(); returns the mean loss.
-  T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
-    check_batch(tokens, targets);
-    grads_.reset();
-    reseed();
-    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, true) : run<Replicated>(plain_, tokens, targets, true);
-  }
+  T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets);
   /// The same, and `inspect(embedding, stream, block_caches, final_norm, head, loss)` is called once
   /// between the forward and the backward, when everything the backward needs is held: the
   /// embedding's Forward (output and ids), the last block's output, the blocks' caches, the final
@@ -236,33 +199,12 @@ class Gpt {
                    : run<Replicated>(plain_, tokens, targets, true, inspect);
   }
   /// The mean loss only (no gradients kept; the same communication as the forward).
-  T loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
-    check_batch(tokens, targets);
-    reseed();
-    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, false) : run<Replicated>(plain_, tokens, targets, false);
-  }
+  T loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets);
 
   /// Clip by the global norm (max_grad_norm ≤ 0: no clipping), then one optimizer update of
   /// every parameter. Returns the global gradient norm before clipping.
   template <class Opt>
-  double step(Opt& opt, double max_grad_norm = 0.0) {
-    if (!grads_) throw ShapeError("Gpt: step() without gradients; call forward_backward first");
-    GradNorm gn;
-    visit([&](const ParamInfo& info, auto&, const auto& g) { gn.add(info, g); });
-    const double norm = gn.finish();
-    last_skipped_ = !std::isfinite(norm);
-    if (last_skipped_) {  // a NaN or Inf gradient: apply nothing, count it; the caller sees the norm
-      grads_.reset();
-      ++skipped_;
-      return norm;
-    }
-    const double scale = clip_factor(norm, max_grad_norm);
-    opt.begin_step();
-    visit([&](const ParamInfo& info, auto& w, const auto& g) { opt.update(info, w, g, scale); });
-    grads_.reset();
-    ++step_;
-    return norm;
-  }
+  double step(Opt& opt, double max_grad_norm = 0.0);
 
   /// f(info, parameter, gradient&) with the gradient mutable (data parallelism writes the reduced
   /// gradient back: nn/models/data_parallel.hpp). Needs gradients.
@@ -287,22 +229,11 @@ class Gpt {
   }
 
   /// The logical master tensors (gathers; every rank must call; every rank gets them).
-  Masters masters() {
-    Masters out;
-    visit_params([&](const ParamInfo&, const TensorMap& m, auto& w) { unmap(w, m, "", out); });
-    return out;
-  }
+  Masters masters();
   /// Load logical masters (from any TP size): each rank takes its shard by global index.
-  void load(const Masters& in) {
-    visit_params([&](const ParamInfo&, const TensorMap& m, auto& w) { w = remap(w, m, "", in); });
-  }
+  void load(const Masters& in);
   /// The gradients as logical tensors (gathered; needs gradients), e.g. for a dense check.
-  Masters grad_masters() {
-    Masters out;
-    if (!grads_) throw ShapeError("Gpt: grad_masters() without gradients; call forward_backward first");
-    visit_all(&*grads_, [&](const ParamInfo&, const TensorMap& m, auto&, const auto* g) { unmap(*g, m, "", out); });
-    return out;
-  }
+  Masters grad_masters();
   template <class Opt>
   static constexpr bool has_moments = requires(const Opt& o) { o.state().begin()->second.m; };
 
@@ -341,29 +272,9 @@ class Gpt {
   }
 
  private:
-  Gpt(const GptConfig& c, const Group& g)
-      : cfg_(c),
-        group_(g),
-        emb_(Emb::init(c.vocab, c.hidden, g, NormalInit{c.seed, c.init_std}, tensor_id(0, word_embedding_kind),
-                       c.vocab_divisor)),
-        final_(Norm::init(c.hidden, c.norm, g, T(c.eps))),
-        loss_(c.vocab, CrossEntropyOptions{c.ignore_index, c.label_smoothing}),
-        drop_emb_(c.dropout, c.seed, tensor_id(0, embedding_dropout_kind)) {
-    const InitConfig ic{c.seed, c.init_std, static_cast<int>(c.layers), 0};
-    for (Index l = 0; l < c.layers; ++l) {
-      if (c.sp) sp_.push_back(Sp::init(c.block(static_cast<std::uint32_t>(l)), g, ic));
-      else plain_.push_back(Plain::init(c.block(static_cast<std::uint32_t>(l)), g, ic));
-    }
-  }
+  Gpt(const GptConfig& c, const Group& g);
 
-  void check_batch(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) const {
-    using shardalg::detail::cat;
-    if (static_cast<Index>(tokens.size()) != cfg_.tokens())
-      throw ShapeError(cat("Gpt: ", tokens.size(), " tokens, expected batch × seq = ", cfg_.batch, " × ", cfg_.seq,
-                           " = ", cfg_.tokens()));
-    if (targets.size() != tokens.size())
-      throw ShapeError(cat("Gpt: ", targets.size(), " targets for ", tokens.size(), " tokens"));
-  }
+  void check_batch(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) const;
 
   void reseed() {
     const auto s = dropout_seed();
@@ -575,4 +486,143 @@ class Gpt {
   bool check_finite_ = false;
 };
 
+// ---- Gpt's members defined outside the class: not inline, so that an explicit instantiation
+// declaration (SHARDALG_EXTERN_TEMPLATES, below) keeps them out of a user's translation unit.
+
+template <Element T, class B>
+void Gpt<T, B>::check(const GptConfig& c, int p) {
+    using shardalg::detail::cat;
+    if (c.layers < 1) throw ShapeError(cat("Gpt: ", c.layers, " layers; a model needs at least 1"));
+    if (c.batch < 1 || c.seq < 1)
+      throw ShapeError(cat("Gpt: batch ", c.batch, " and sequence length ", c.seq, " must be positive"));
+    if (c.hidden < 1) throw ShapeError(cat("Gpt: hidden size ", c.hidden, " must be positive"));
+    const Index vp = padded_vocab(c.vocab, c.vocab_divisor, p);  // vocabulary and divisor ≥ 1, no overflow
+    // Every size the model allocates, in bytes, must fit 64 bits: tokens × widest row × element size,
+    // and the padded embedding.
+    const Index widest = std::max({c.hidden, c.ffn_size() * (c.activation == Activation::swiglu ? 2 : 1), vp});
+    Index tokens = 0, elems = 0, bytes = 0, emb = 0, emb_bytes = 0;
+    if (__builtin_mul_overflow(c.batch, c.seq, &tokens) || __builtin_mul_overflow(tokens, widest, &elems) ||
+        __builtin_mul_overflow(elems, static_cast<Index>(sizeof(T)), &bytes) ||
+        __builtin_mul_overflow(vp, c.hidden, &emb) || __builtin_mul_overflow(emb, static_cast<Index>(sizeof(T)), &emb_bytes))
+      throw ShapeError(cat("Gpt: batch ", c.batch, " × seq ", c.seq, " tokens × ", widest, " values × ", sizeof(T),
+                           " bytes (or the ", vp, "x", c.hidden, " embedding) overflows 64-bit sizes"));
+    if (!(std::isfinite(c.eps) && c.eps > 0)) throw ShapeError(cat("Gpt: eps ", c.eps, " must be positive and finite"));
+    if (!(std::isfinite(c.init_std) && c.init_std >= 0))
+      throw ShapeError(cat("Gpt: init_std ", c.init_std, " must be finite and not negative"));
+    if (!(c.attn_dropout >= 0.0 && c.attn_dropout < 1.0))
+      throw ShapeError(cat("Gpt: attn_dropout ", c.attn_dropout, " is outside [0, 1)"));
+    Plain::check(c.block(0), p);                       // Attention: heads, groups; Mlp: ffn
+    if (c.sp) Sp::check_tokens(c.tokens(), p);
+    if (!(c.dropout >= 0.0 && c.dropout < 1.0))
+      throw ShapeError(cat("Gpt: dropout ", c.dropout, " is outside [0, 1)"));
+  }
+
+template <Element T, class B>
+Gpt<T, B> Gpt<T, B>::init(const GptConfig& c, const Group& g) {
+    check(c, g.size());
+    return Gpt(c, g);
+  }
+
+template <Element T, class B>
+Gpt<T, B> Gpt<T, B>::from_masters(const GptConfig& c, const Masters& m, const Group& g) {
+    auto model = init(c, g);
+    model.load(m);
+    return model;
+  }
+
+template <Element T, class B>
+T Gpt<T, B>::forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
+    check_batch(tokens, targets);
+    grads_.reset();
+    reseed();
+    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, true) : run<Replicated>(plain_, tokens, targets, true);
+  }
+
+template <Element T, class B>
+T Gpt<T, B>::loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
+    check_batch(tokens, targets);
+    reseed();
+    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, false) : run<Replicated>(plain_, tokens, targets, false);
+  }
+
+template <Element T, class B>
+template <class Opt>
+double Gpt<T, B>::step(Opt& opt, double max_grad_norm) {
+    if (!grads_) throw ShapeError("Gpt: step() without gradients; call forward_backward first");
+    GradNorm gn;
+    visit([&](const ParamInfo& info, auto&, const auto& g) { gn.add(info, g); });
+    const double norm = gn.finish();
+    last_skipped_ = !std::isfinite(norm);
+    if (last_skipped_) {  // a NaN or Inf gradient: apply nothing, count it; the caller sees the norm
+      grads_.reset();
+      ++skipped_;
+      return norm;
+    }
+    const double scale = clip_factor(norm, max_grad_norm);
+    opt.begin_step();
+    visit([&](const ParamInfo& info, auto& w, const auto& g) { opt.update(info, w, g, scale); });
+    grads_.reset();
+    ++step_;
+    return norm;
+  }
+
+template <Element T, class B>
+Masters Gpt<T, B>::masters() {
+    Masters out;
+    visit_params([&](const ParamInfo&, const TensorMap& m, auto& w) { unmap(w, m, "", out); });
+    return out;
+  }
+
+template <Element T, class B>
+void Gpt<T, B>::load(const Masters& in) {
+    visit_params([&](const ParamInfo&, const TensorMap& m, auto& w) { w = remap(w, m, "", in); });
+  }
+
+template <Element T, class B>
+Masters Gpt<T, B>::grad_masters() {
+    Masters out;
+    if (!grads_) throw ShapeError("Gpt: grad_masters() without gradients; call forward_backward first");
+    visit_all(&*grads_, [&](const ParamInfo&, const TensorMap& m, auto&, const auto* g) { unmap(*g, m, "", out); });
+    return out;
+  }
+
+template <Element T, class B>
+Gpt<T, B>::Gpt(const GptConfig& c, const Group& g)
+      : cfg_(c),
+        group_(g),
+        emb_(Emb::init(c.vocab, c.hidden, g, NormalInit{c.seed, c.init_std}, tensor_id(0, word_embedding_kind),
+                       c.vocab_divisor)),
+        final_(Norm::init(c.hidden, c.norm, g, T(c.eps))),
+        loss_(c.vocab, CrossEntropyOptions{c.ignore_index, c.label_smoothing}),
+        drop_emb_(c.dropout, c.seed, tensor_id(0, embedding_dropout_kind)) {
+    const InitConfig ic{c.seed, c.init_std, static_cast<int>(c.layers), 0};
+    for (Index l = 0; l < c.layers; ++l) {
+      if (c.sp) sp_.push_back(Sp::init(c.block(static_cast<std::uint32_t>(l)), g, ic));
+      else plain_.push_back(Plain::init(c.block(static_cast<std::uint32_t>(l)), g, ic));
+    }
+  }
+
+template <Element T, class B>
+void Gpt<T, B>::check_batch(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) const {
+    using shardalg::detail::cat;
+    if (static_cast<Index>(tokens.size()) != cfg_.tokens())
+      throw ShapeError(cat("Gpt: ", tokens.size(), " tokens, expected batch × seq = ", cfg_.batch, " × ", cfg_.seq,
+                           " = ", cfg_.tokens()));
+    if (targets.size() != tokens.size())
+      throw ShapeError(cat("Gpt: ", targets.size(), " targets for ", tokens.size(), " tokens"));
+  }
+
 }  // namespace shardalg::nn
+
+#if defined(SHARDALG_EXTERN_TEMPLATES)
+// shardalg::compiled (src/gpt.cpp) holds these instantiations: a program that links it
+// compiles none of the model's code itself.
+namespace shardalg::nn {
+extern template class Gpt<float, CpuBackend>;
+extern template class Gpt<double, CpuBackend>;
+extern template double Gpt<float, CpuBackend>::step(Adam<float, CpuBackend>&, double);
+extern template double Gpt<double, CpuBackend>::step(Adam<double, CpuBackend>&, double);
+extern template double Gpt<float, CpuBackend>::step(Sgd<float, CpuBackend>&, double);
+extern template double Gpt<double, CpuBackend>::step(Sgd<double, CpuBackend>&, double);
+}  // namespace shardalg::nn
+#endif

@@ -102,7 +102,89 @@ class PipelineGpt {
   /// initialised by global index as nn::Gpt, or from logical masters (Gpt's names). The mesh has
   /// axes pp and tp, and optionally dp; collective over the pp group (the embedding group's split).
   static PipelineGpt init(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh,
-                          const Masters* masters = nullptr) {
+                          const Masters* masters = nullptr);
+
+  [[nodiscard]] const GptConfig& config() const { return cfg_; }
+  [[nodiscard]] const Mesh& mesh() const { return mesh_; }
+  [[nodiscard]] const std::vector<Chunk>& chunks() const { return chunks_; }
+  [[nodiscard]] int chunk_count() const { return static_cast<int>(chunks_.size()); }
+
+  /// The dropout masks' seed: nn::Gpt's for optimizer step `step` (the same masks).
+  void set_step(long step) {
+    seed_ = cfg_.seed ^ (0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(step + 1));
+    for (auto& ch : chunks_)
+      for (auto& b : ch.blocks) b.set_dropout_seed(seed_);
+  }
+
+  /// This replica's micro-batches for the next run. `global_count`: the counted targets of the
+  /// whole global batch (every replica), for LossScaling::tokens. Resets the gradients.
+  void set_microbatches(std::vector<MicroBatch> mbs, LossScaling scaling, Index global_count = 0);
+
+  // ---- pipeline::StageModel ------------------------------------------------------------------
+  [[nodiscard]] Group tp() const { return mesh_.group("tp"); }
+  [[nodiscard]] pipeline::ActShape shape(int mb) const {
+    const auto& b = mbs_.at(static_cast<std::size_t>(mb));
+    return {b.seq, b.sequences, cfg_.hidden};
+  }
+
+  std::optional<Act> forward(int chunk, int mb, std::optional<Act> in, State& st);
+
+  /// BW (`weights`) or B.
+  std::optional<Act> backward(int chunk, int mb, State& st, std::optional<Act> dy, bool weights);
+
+  /// W: the weight gradients B left (blocks, the head's dE, the lookup's dE).
+  void weights(int chunk, int mb, State& st);
+
+  [[nodiscard]] std::size_t bytes(const State& st) const;
+
+  // ---- after the run ----------------------------------------------------------------------
+  /// Reduce the gradients and the loss (see the top of the file); returns the global batch's
+  /// loss, on every rank. Collective over the mesh.
+  T finish();
+
+  /// This rank's loss contribution before finish (the sum over its micro-batches on the last stage).
+  [[nodiscard]] T local_loss() const { return loss_; }
+  /// This rank's gradients under Gpt's logical names (after finish; gathers over tp): the
+  /// embedding on the stages that hold E, its layers, the final norm on the stage with L.
+  Masters grad_masters() const;
+
+ private:
+  PipelineGpt(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh, const Masters* m);
+
+  [[nodiscard]] int dp_size() const { return mesh_.has("dp") ? mesh_.size("dp") : 1; }
+  Dropout emb_dropout(const MicroBatch& b) const {
+    Dropout d(cfg_.dropout, seed_, tensor_id(0, embedding_dropout_kind));
+    d.row_base = b.row_base;
+    return d;
+  }
+  Logits loss_grad(const typename Loss::Cache& c) const {
+    if (scaling_ == LossScaling::microbatches)
+      return loss_fn_.backward_mean(c, T(1) / static_cast<T>(mbs_.size() * static_cast<std::size_t>(dp_size())));
+    auto g = B::template zeros<T>(c.probs.rows(), 1);
+    for (Index i = 0; i < g.rows(); ++i) g(i, 0) = T(1) / static_cast<T>(global_count_);
+    return loss_fn_.backward(c, Sharded<T, Replicated, B>(std::move(g), c.probs.rows(), 1, c.probs.group()));
+  }
+  void embedding_grad(Chunk& ch, const typename Emb::Cache& c, const Act& dy) {
+    auto eg = stages::embed_backward<SP>(*ch.emb, tp(), c, dy);
+    detail::add_to(ch.demb, std::optional(std::move(eg.de)));
+  }
+  std::vector<Block>& blocks_for(Chunk& ch, Index seq);
+
+  GptConfig cfg_;
+  Mesh mesh_;
+  Group emb_group_;
+  std::vector<Chunk> chunks_;
+  Loss loss_fn_;
+  std::vector<MicroBatch> mbs_;
+  LossScaling scaling_ = LossScaling::microbatches;
+  Index global_count_ = 0;
+  std::uint64_t seed_ = 0;
+  T loss_ = T(0);
+};
+
+// ---- PipelineGpt's members defined outside the class (not inline: see nn/models/gpt.hpp).
+template <Element T, bool SP, class B>
+PipelineGpt<T, SP, B> PipelineGpt<T, SP, B>::init(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh, const Masters* masters) {
     using shardalg::detail::cat;
     if (!mesh.has("pp") || !mesh.has("tp"))
       throw MeshError(cat("PipelineGpt: the mesh ", mesh.describe(), " needs the axes pp and tp"));
@@ -120,21 +202,8 @@ class PipelineGpt {
     return PipelineGpt(c, lay, mesh, masters);
   }
 
-  [[nodiscard]] const GptConfig& config() const { return cfg_; }
-  [[nodiscard]] const Mesh& mesh() const { return mesh_; }
-  [[nodiscard]] const std::vector<Chunk>& chunks() const { return chunks_; }
-  [[nodiscard]] int chunk_count() const { return static_cast<int>(chunks_.size()); }
-
-  /// The dropout masks' seed: nn::Gpt's for optimizer step `step` (the same masks).
-  void set_step(long step) {
-    seed_ = cfg_.seed ^ (0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(step + 1));
-    for (auto& ch : chunks_)
-      for (auto& b : ch.blocks) b.set_dropout_seed(seed_);
-  }
-
-  /// This replica's micro-batches for the next run. `global_count`: the counted targets of the
-  /// whole global batch (every replica), for LossScaling::tokens. Resets the gradients.
-  void set_microbatches(std::vector<MicroBatch> mbs, LossScaling scaling, Index global_count = 0) {
+template <Element T, bool SP, class B>
+void PipelineGpt<T, SP, B>::set_microbatches(std::vector<MicroBatch> mbs, LossScaling scaling, Index global_count) {
     using shardalg::detail::cat;
     const int t = tp().size();
     for (std::size_t j = 0; j < mbs.size(); ++j) {
@@ -162,14 +231,8 @@ class PipelineGpt {
     }
   }
 
-  // ---- pipeline::StageModel ------------------------------------------------------------------
-  [[nodiscard]] Group tp() const { return mesh_.group("tp"); }
-  [[nodiscard]] pipeline::ActShape shape(int mb) const {
-    const auto& b = mbs_.at(static_cast<std::size_t>(mb));
-    return {b.seq, b.sequences, cfg_.hidden};
-  }
-
-  std::optional<Act> forward(int chunk, int mb, std::optional<Act> in, State& st) {
+template <Element T, bool SP, class B>
+auto PipelineGpt<T, SP, B>::forward(int chunk, int mb, std::optional<Act> in, State& st) -> std::optional<Act> {
     Chunk& ch = chunks_.at(static_cast<std::size_t>(chunk));
     const MicroBatch& b = mbs_.at(static_cast<std::size_t>(mb));
     Act x;
@@ -196,8 +259,8 @@ class PipelineGpt {
     return std::nullopt;
   }
 
-  /// BW (`weights`) or B.
-  std::optional<Act> backward(int chunk, int mb, State& st, std::optional<Act> dy, bool weights) {
+template <Element T, bool SP, class B>
+auto PipelineGpt<T, SP, B>::backward(int chunk, int mb, State& st, std::optional<Act> dy, bool weights) -> std::optional<Act> {
     Chunk& ch = chunks_.at(static_cast<std::size_t>(chunk));
     const MicroBatch& b = mbs_.at(static_cast<std::size_t>(mb));
     Act g;
@@ -250,8 +313,8 @@ class PipelineGpt {
     return std::nullopt;
   }
 
-  /// W: the weight gradients B left (blocks, the head's dE, the lookup's dE).
-  void weights(int chunk, int mb, State& st) {
+template <Element T, bool SP, class B>
+void PipelineGpt<T, SP, B>::weights(int chunk, int mb, State& st) {
     Chunk& ch = chunks_.at(static_cast<std::size_t>(chunk));
     const MicroBatch& b = mbs_.at(static_cast<std::size_t>(mb));
     auto& blocks = blocks_for(ch, b.seq);
@@ -275,7 +338,8 @@ class PipelineGpt {
     }
   }
 
-  [[nodiscard]] std::size_t bytes(const State& st) const {
+template <Element T, bool SP, class B>
+std::size_t PipelineGpt<T, SP, B>::bytes(const State& st) const {
     using detail::pp::local_bytes;
     std::size_t n = 0;
     if (st.emb) n += st.emb->ids.size() * sizeof(std::int64_t);
@@ -289,51 +353,6 @@ class PipelineGpt {
     if (st.dlogits) n += local_bytes(*st.dlogits);
     return n;
   }
-
-  // ---- after the run ----------------------------------------------------------------------
-  /// Reduce the gradients and the loss (see the top of the file); returns the global batch's
-  /// loss, on every rank. Collective over the mesh.
-  T finish();
-
-  /// This rank's loss contribution before finish (the sum over its micro-batches on the last stage).
-  [[nodiscard]] T local_loss() const { return loss_; }
-  /// This rank's gradients under Gpt's logical names (after finish; gathers over tp): the
-  /// embedding on the stages that hold E, its layers, the final norm on the stage with L.
-  Masters grad_masters() const;
-
- private:
-  PipelineGpt(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh, const Masters* m);
-
-  [[nodiscard]] int dp_size() const { return mesh_.has("dp") ? mesh_.size("dp") : 1; }
-  Dropout emb_dropout(const MicroBatch& b) const {
-    Dropout d(cfg_.dropout, seed_, tensor_id(0, embedding_dropout_kind));
-    d.row_base = b.row_base;
-    return d;
-  }
-  Logits loss_grad(const typename Loss::Cache& c) const {
-    if (scaling_ == LossScaling::microbatches)
-      return loss_fn_.backward_mean(c, T(1) / static_cast<T>(mbs_.size() * static_cast<std::size_t>(dp_size())));
-    auto g = B::template zeros<T>(c.probs.rows(), 1);
-    for (Index i = 0; i < g.rows(); ++i) g(i, 0) = T(1) / static_cast<T>(global_count_);
-    return loss_fn_.backward(c, Sharded<T, Replicated, B>(std::move(g), c.probs.rows(), 1, c.probs.group()));
-  }
-  void embedding_grad(Chunk& ch, const typename Emb::Cache& c, const Act& dy) {
-    auto eg = stages::embed_backward<SP>(*ch.emb, tp(), c, dy);
-    detail::add_to(ch.demb, std::optional(std::move(eg.de)));
-  }
-  std::vector<Block>& blocks_for(Chunk& ch, Index seq);
-
-  GptConfig cfg_;
-  Mesh mesh_;
-  Group emb_group_;
-  std::vector<Chunk> chunks_;
-  Loss loss_fn_;
-  std::vector<MicroBatch> mbs_;
-  LossScaling scaling_ = LossScaling::microbatches;
-  Index global_count_ = 0;
-  std::uint64_t seed_ = 0;
-  T loss_ = T(0);
-};
 
 // ---- out of line ---------------------------------------------------------------------------
 
@@ -496,3 +515,12 @@ Masters PipelineGpt<T, SP, B>::grad_masters() const {
 }
 
 }  // namespace shardalg::nn
+
+#if defined(SHARDALG_EXTERN_TEMPLATES)  // compiled in src/models.cpp (shardalg::compiled)
+namespace shardalg::nn {
+extern template class PipelineGpt<float, false, CpuBackend>;
+extern template class PipelineGpt<float, true, CpuBackend>;
+extern template class PipelineGpt<double, false, CpuBackend>;
+extern template class PipelineGpt<double, true, CpuBackend>;
+}  // namespace shardalg::nn
+#endif
