@@ -39,8 +39,8 @@
 #include <utility>
 #include <vector>
 
+#include "shardalg/autodiff/invalid.hpp"
 #include "shardalg/collective/all_reduce.hpp"
-#include "shardalg/observe/ledger.hpp"
 #include "shardalg/bridge/dense.hpp"
 #include "shardalg/core/elementwise.hpp"
 #include "shardalg/core/sharded.hpp"
@@ -220,6 +220,10 @@ class Tape {
     if (!std::is_same_v<CL, Partial> || y.group().rank() == 0) one = Mat<T, B>::Constant(1, 1, T(1));
     backward(y, Sharded<T, CL, B>(std::move(one), 1, 1, y.group()));
   }
+
+  /// An invalid op's result (its diagnostic has fired): nothing to run, no second error.
+  void backward(InvalidOperation) {}
+  InvalidOperation grad(InvalidOperation) const { return {}; }
 
   /// x's gradient, in cot(L): zeros of x's shape when no path from the output reached it.
   template <Element T, Layout L, class B>

@@ -99,7 +99,12 @@ class Builder {
       return partial_shard(d.template cast<T>());
     } else {
       const typename B::template matrix<T> m = d.template cast<T>();
-      return shard<L>(m, g_);
+      try {
+        return shard<L>(m, g_);
+      } catch (const DivisibilityError& e) {  // name the input and the world being checked
+        throw DivisibilityError(shardalg::detail::cat("ad::verify: input \"", name, "\" (", d.rows(), "x", d.cols(),
+                                                      ", ", L::name, ") at world size ", g_.size(), ": ", e.what()));
+      }
     }
   }
   /// A Partial whose summands are random (rank 0 takes the rest), so a mistake that keeps one

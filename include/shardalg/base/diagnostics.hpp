@@ -6,6 +6,9 @@
 // `if constexpr` that stops the cascade), so exactly one of the assertions below fires.
 #pragma once
 
+#include <tuple>
+#include <type_traits>
+
 #include "shardalg/base/layout.hpp"
 
 namespace shardalg {
@@ -65,6 +68,19 @@ struct InvalidOperation {};
 /// path of that operation (Clang instantiates a non-dependent constexpr call even inside a
 /// discarded `if constexpr` branch). The deduced return type makes GCC instantiate the body
 /// where the call is, so the [shardalg.E1xx] line is the first error, not a follow-on one.
+/// Which of two operand layouts is Invariant: 1 the first, 2 the second, 0 neither or no pair.
+template <class... Ls>
+constexpr int invariant_side() {
+  if constexpr (sizeof...(Ls) == 2) {
+    using P = std::tuple<Ls...>;
+    constexpr bool a = std::is_same_v<std::tuple_element_t<0, P>, Invariant>;
+    constexpr bool b = std::is_same_v<std::tuple_element_t<1, P>, Invariant>;
+    return a && !b ? 1 : (b && !a ? 2 : 0);
+  } else {
+    return 0;
+  }
+}
+
 template <Diag D, class... Dependent>
 constexpr auto diagnose() {
   constexpr int id = static_cast<int>(D);
@@ -190,7 +206,24 @@ constexpr auto diagnose() {
   static_assert(id != 165,
                 "[shardalg.E165] the tensor does not live on this mesh axis (it is not in its Axes<On<...>> "
                 "list). Fix: name one of its axes, or stack<Axis, Layout>(group, x) to add it.");
-  static_assert(id != 170,
+  // E170 names the side that is I when the operation has two operands (their layouts first in
+  // Dependent...), and the other fix when that side's partner came from all_reduce (R).
+  constexpr int side = invariant_side<Dependent...>();
+  static_assert(id != 170 || side != 1,
+                "[shardalg.E170] the left operand is Invariant (I) and the right one is not: I is the same value on "
+                "every rank with a whole gradient on every rank (cot(I) = I), R or a split layout has a per-rank "
+                "gradient, so the op has no typed backward. Fix: if the right operand is an R made by all_reduce, "
+                "write all_reduce<Invariant>(z) (Megatron's g: backward identity) so both are I and the backward "
+                "keeps one all-reduce; else convert the left operand with copy_to(x) (Megatron's f: I -> R, "
+                "backward all_reduce Partial -> I).");
+  static_assert(id != 170 || side != 2,
+                "[shardalg.E170] the right operand is Invariant (I) and the left one is not: I is the same value on "
+                "every rank with a whole gradient on every rank (cot(I) = I), R or a split layout has a per-rank "
+                "gradient, so the op has no typed backward. Fix: if the left operand is an R made by all_reduce, "
+                "write all_reduce<Invariant>(z) (Megatron's g: backward identity) so both are I and the backward "
+                "keeps one all-reduce; else convert the right operand with copy_to(x) (Megatron's f: I -> R, "
+                "backward all_reduce Partial -> I).");
+  static_assert(id != 170 || side != 0,
                 "[shardalg.E170] an Invariant (I) operand mixed with another layout, or I asked of a value "
                 "that is not I (a sum<Invariant> of an R value; a norm whose weights are not in the stream's "
                 "world: I for X[I], R for X[R] and X[Row]): I is the same value on every rank with a whole "

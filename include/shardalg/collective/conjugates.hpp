@@ -12,6 +12,7 @@
 #pragma once
 
 #include "shardalg/collective/all_reduce.hpp"
+#include "shardalg/core/explain.hpp"
 
 namespace shardalg {
 
@@ -24,6 +25,8 @@ auto copy_to(Sharded<T, L, B> x) {
   } else {
     const Index r = x.rows(), c = x.cols();
     Group g = x.group();
+    // f in the explain log: no collective now; its adjoint is the backward's all_reduce
+    auto e = explain_op(g, "copy_to (f)", dtype_of<T>, {note(x), " → ", note(r, c, LayoutKind::replicated)});
     return Sharded<T, Replicated, B>(std::move(x).local(), r, c, std::move(g));
   }
 }

@@ -1,5 +1,5 @@
 // shardalg/collective/sum.hpp — sum(x) = Σ_{i,k} X[i,k], the sum of every element of the dense value,
-// as a 1×1 tensor s[R] on x's group. The collective is the one the layout requires:
+// as a 1×1 tensor on x's group: s[I] for X[I], s[R] otherwise. The collective is the one the layout requires:
 //
 //   sum(X[R])        → s[R]   every rank sums its whole copy                   no collective
 //   sum(X[I])        → s[I]   the same, in the invariant world                  no collective
@@ -24,8 +24,9 @@ namespace shardalg {
 template <class T, class L, class B>
 auto sum(const Sharded<T, L, B>& x) {
   detail::check_operand(x.group(), "sum");
-  // Σ X[L] → [R]: local for R, else the partial sums are all-reduced (listed as a child op).
-  auto e = explain_op(x.group(), "sum", dtype_of<T>, {"Σ ", note(x), " → 1x1[R]"});
+  // Σ X[L] → [L] for R and I (local), else [R]: the partial sums all-reduced (listed as a child op).
+  auto e = explain_op(x.group(), "sum", dtype_of<T>,
+                      {"Σ ", note(x), " → ", note(1, 1, WholeLayout<L> ? L::kind : LayoutKind::replicated)});
   auto s = B::row_sum(B::col_sum(x.local()));  // [1, 1]: Σ of this rank's block
   if constexpr (WholeLayout<L>) {
     return Sharded<T, L, B>(std::move(s), 1, 1, x.group());

@@ -43,7 +43,7 @@ template <class T, class LA, class LB, class B>
 auto operator+(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
   constexpr auto rule = rules::add(LA::kind, LB::kind);
   if constexpr (!rule.valid) {
-    return diagnose<rule.error, T>();
+    return diagnose<rule.error, LA, LB>();
   } else {
     const Group& g = detail::same_shape_group(a, b, "add");
     auto e = explain_op(g, "add", dtype_of<T>, {note(a), " + ", note(b), " → ", note(a)});
@@ -55,7 +55,7 @@ template <class T, class LA, class LB, class B>
 auto operator-(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
   constexpr auto rule = rules::add(LA::kind, LB::kind);
   if constexpr (!rule.valid) {
-    return diagnose<rule.error, T>();
+    return diagnose<rule.error, LA, LB>();
   } else {
     const Group& g = detail::same_shape_group(a, b, "sub");
     auto e = explain_op(g, "sub", dtype_of<T>, {note(a), " − ", note(b), " → ", note(a)});
@@ -102,7 +102,7 @@ template <class T, class LA, class LB, class B>
 auto hadamard(const Sharded<T, LA, B>& a, const Sharded<T, LB, B>& b) {
   constexpr auto rule = rules::hadamard(LA::kind, LB::kind);
   if constexpr (!rule.valid) {
-    return diagnose<rule.error, T>();
+    return diagnose<rule.error, LA, LB>();
   } else {
     const Group& g = detail::same_shape_group(a, b, "hadamard");
     auto e = explain_op(g, "hadamard", dtype_of<T>, {note(a), " ⊙ ", note(b), " → ", note(a.rows(), a.cols(), rule.result)});
@@ -116,7 +116,7 @@ template <class T, class LX, class LBias, class B>
 auto add_bias(const Sharded<T, LX, B>& x, const Sharded<T, LBias, B>& b) {
   constexpr auto rule = rules::bias(LX::kind, LBias::kind);
   if constexpr (!rule.valid) {
-    return diagnose<rule.error, T>();
+    return diagnose<rule.error, LX, LBias>();
   } else {
     detail::check_operand(x.group(), "add_bias");
     detail::check_operand(b.group(), "add_bias");

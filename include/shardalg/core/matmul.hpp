@@ -120,7 +120,7 @@ auto matmul(const A& a, const Bop& b) {
   if constexpr (!std::is_same_v<T, typename OB::value_type>) {
     return diagnose<Diag::dtype_mismatch, A>();
   } else if constexpr (!rule.valid) {
-    return diagnose<rule.error, A>();
+    return diagnose<rule.error, layout_t<OA::kind>, layout_t<OB::kind>>();
   } else {
     using Bk = typename OA::backend;
     using Out = Sharded<T, layout_t<rule.result>, Bk>;

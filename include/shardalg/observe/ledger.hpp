@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -97,8 +98,10 @@ class Ledger final : public Recorder {
 
   /// The entries as a Chrome trace (Trace Event Format, JSON; open it in https://ui.perfetto.dev):
   /// one complete event per collective on thread `rank`, named by the collective, its scope as the
-  /// category, its layouts, elements, bytes and dtype as arguments. Merge the ranks' traces by
-  /// concatenating their "traceEvents".
+  /// category, its layouts, elements, bytes and dtype as arguments. Timestamps are microseconds of
+  /// the system clock (since 1970), so the traces of ranks whose ledgers were made at different
+  /// times — threads, or processes on one host — line up: merge them by concatenating their
+  /// "traceEvents".
   [[nodiscard]] std::string chrome_trace(int rank = 0) const {
     std::ostringstream os;
     os << std::fixed << std::setprecision(3) << "{\"traceEvents\": [";
@@ -106,8 +109,9 @@ class Ledger final : public Recorder {
       const auto& e = entries_[i];
       os << (i ? ",\n" : "\n") << "{\"name\": \"" << to_string(e.kind) << "\", \"cat\": \""
          << json_escape(e.scope.empty() ? "-" : e.scope) << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << rank
-         << ", \"ts\": " << e.start_seconds * 1e6 << ", \"dur\": " << (e.end_seconds - e.start_seconds) * 1e6
-         << ", \"args\": {\"layouts\": \"" << json_escape(e.layout_in + " -> " + e.layout_out)
+         << ", \"ts\": ";
+      write_wall_us(os, e.start_seconds);
+      os << ", \"dur\": " << (e.end_seconds - e.start_seconds) * 1e6 << ", \"args\": {\"layouts\": \"" << json_escape(e.layout_in + " -> " + e.layout_out)
          << "\", \"elements\": " << e.elements << ", \"bytes\": " << e.bytes << ", \"dtype\": \""
          << to_string(e.dtype) << "\", \"group_size\": " << e.group_size;
       if (e.peer >= 0) os << ", \"peer\": " << e.peer;
@@ -203,16 +207,32 @@ class Ledger final : public Recorder {
     return n;
   }
 
-  /// One line per entry: scope, kind, layouts, elements, bytes, dtype.
+  /// One line per entry: scope, mesh axis ("-" for a whole world), kind, layouts, elements,
+  /// bytes, dtype. The text columns widen to their longest entry.
   [[nodiscard]] std::string table() const {
-    std::ostringstream os;
-    os << std::left << std::setw(22) << "scope" << std::setw(16) << "collective" << std::setw(20)
-       << "layouts" << std::right << std::setw(12) << "elements" << std::setw(12) << "bytes"
-       << "  dtype\n";
+    std::size_t ws = 22, wa = 6, wk = 16, wl = 20;
     for (const auto& e : entries_) {
-      os << std::left << std::setw(22) << (e.scope.empty() ? "-" : e.scope) << std::setw(16)
-         << to_string(e.kind) << std::setw(20) << (e.layout_in + " -> " + e.layout_out) << std::right
-         << std::setw(12) << e.elements << std::setw(12) << e.bytes << "  " << to_string(e.dtype)
+      ws = std::max(ws, (e.scope.empty() ? 1 : utf8_length(e.scope)) + 2);
+      wa = std::max(wa, (e.axis.empty() ? 1 : e.axis.size()) + 2);
+      wk = std::max(wk, to_string(e.kind).size() + 2);
+      wl = std::max(wl, utf8_length(e.layout_in + " -> " + e.layout_out) + 2);
+    }
+    std::ostringstream os;
+    const auto cell = [&](const std::string& text, std::size_t w) {
+      const std::size_t n = utf8_length(text);
+      os << text << std::string(w > n ? w - n : 1, ' ');
+    };
+    cell("scope", ws);
+    cell("axis", wa);
+    cell("collective", wk);
+    cell("layouts", wl);
+    os << std::right << std::setw(12) << "elements" << std::setw(12) << "bytes" << "  dtype\n";
+    for (const auto& e : entries_) {
+      cell(e.scope.empty() ? "-" : e.scope, ws);
+      cell(e.axis.empty() ? "-" : e.axis, wa);
+      cell(std::string(to_string(e.kind)), wk);
+      cell(e.layout_in + " -> " + e.layout_out, wl);
+      os << std::right << std::setw(12) << e.elements << std::setw(12) << e.bytes << "  " << to_string(e.dtype)
          << '\n';
     }
     return os.str();
@@ -230,6 +250,19 @@ class Ledger final : public Recorder {
   }
 
  private:
+
+  // Microseconds since 1970 of a time `seconds` after this ledger was made, with three decimals
+  // (the whole part in integers: a double holds the sum to a quarter of a microsecond only).
+  void write_wall_us(std::ostream& os, double seconds) const {
+    const double us = seconds * 1e6;
+    auto whole = static_cast<long long>(us);
+    auto milli = std::llround((us - static_cast<double>(whole)) * 1000.0);
+    if (milli >= 1000) {
+      ++whole;
+      milli -= 1000;
+    }
+    os << wall0_us_ + whole << '.' << std::setw(3) << std::setfill('0') << milli << std::setfill(' ');
+  }
 
   static std::string json_escape(std::string_view in) {
     std::string out;
@@ -254,6 +287,8 @@ class Ledger final : public Recorder {
   std::vector<std::size_t> stack_;
   std::string path_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  long long wall0_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
 };
 
 /// The ledger decorator: a Communicator that records each call, then forwards it to `C`.

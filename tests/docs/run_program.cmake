@@ -1,0 +1,12 @@
+# Run a doc program; when the page shows its output (EXPECTED names the file), require that text.
+execute_process(COMMAND ${EXE} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc)
+  message(FATAL_ERROR "${EXE} exited with ${rc}:\n${out}${err}")
+endif()
+if(EXPECTED)
+  file(READ ${EXPECTED} want)
+  if(NOT out STREQUAL want)
+    message(FATAL_ERROR "the program printed\n${out}\nthe page shows\n${want}")
+  endif()
+endif()
+message(STATUS "doc program ran${EXPECTED}")
