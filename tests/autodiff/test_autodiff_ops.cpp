@@ -237,3 +237,16 @@ TEST_CASE("autodiff: misuse is an AutodiffError naming it; a value no path reach
     CHECK_THROWS_WITH_AS((void)t1.grad(b), "ad::Tape::grad: the value is not on this tape (a constant?)", ad::AutodiffError);
   });
 }
+
+TEST_CASE("ad::verify: an input that does not divide at a checked world size is named in the error") {
+  const ad::Named in{{"x", rnd(4, 8, 1)}, {"w", rnd(8, 32, 2)}};
+  auto program = [](ad::Builder<double>& b) {
+    auto x = b.input<Replicated>("x");
+    auto w = b.input<ColSharded>("w");
+    b.output("y", ad::matmul(x, w));
+  };
+  CHECK_THROWS_WITH_AS((void)ad::verify(program, in, {.worlds = {2, 3}}),
+                       "ad::verify: input \"w\" (8x32, ColSharded) at world size 3: shard<ColSharded>: cols 32 is "
+                       "not divisible by group size 3",
+                       DivisibilityError);
+}

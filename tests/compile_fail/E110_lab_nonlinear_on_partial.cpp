@@ -1,4 +1,4 @@
-// Break-it lab 6 (docs/course/18_break_it.md): a non-linear op on a Partial. GeLU(Σ_r Z_r) is not
+// Break-it lab 6 (docs/course/break_it/06_nonlinear_on_partial.md): a non-linear op on a Partial. GeLU(Σ_r Z_r) is not
 // Σ_r GeLU(Z_r): applied to the summands it computes something else on every rank. E110; reduce
 // first.
 #include <shardalg/autodiff.hpp>

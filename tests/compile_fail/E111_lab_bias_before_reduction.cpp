@@ -1,4 +1,4 @@
-// Break-it lab 5 (docs/course/18_break_it.md): a row-parallel layer's bias added before the
+// Break-it lab 5 (docs/course/break_it/05_bias_before_reduction.md): a row-parallel layer's bias added before the
 // reduction. Every rank would add b to its summand, and the all-reduce would hold P·b. A bias on a
 // Partial is E111: reduce first (g), then add it once.
 #include <shardalg/autodiff.hpp>

@@ -1,4 +1,4 @@
-// Break-it lab 3 (docs/course/18_break_it.md): an all-reduce applied twice. The first all_reduce
+// Break-it lab 3 (docs/course/break_it/03_all_reduce_twice.md): an all-reduce applied twice. The first all_reduce
 // makes Z[Partial] whole (R); a second one would sum P copies — P·Z. An R has no pending sum: E120.
 #include <shardalg/autodiff.hpp>
 #include <shardalg/shardalg.hpp>

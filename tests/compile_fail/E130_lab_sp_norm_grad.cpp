@@ -1,4 +1,4 @@
-// Break-it lab 1 (docs/course/18_break_it.md; Megatron-LM issue 1446): under sequence
+// Break-it lab 1 (docs/course/break_it/01_sp_norm_grad.md; Megatron-LM issue 1446): under sequence
 // parallelism a LayerNorm runs on X[Row] with its weight γ replicated, so each rank's dγ sums only
 // its own tokens — a Partial. Handing it to the optimizer unsummed must not compile (E130); the fix
 // the diagnostic names, all_reduce(dγ), must.

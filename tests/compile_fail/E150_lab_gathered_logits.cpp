@@ -1,4 +1,4 @@
-// Break-it lab 4 (docs/course/18_break_it.md): gathered logits fed to the vocab-parallel
+// Break-it lab 4 (docs/course/break_it/04_gathered_logits.md): gathered logits fed to the vocab-parallel
 // cross-entropy. Its two all-reduces assume each rank holds its own vocabulary columns; with the
 // whole logits on every rank the sum of exponentials is P times too big: loss = correct + log P.
 // The loss takes logits[C]; an R there is E150.

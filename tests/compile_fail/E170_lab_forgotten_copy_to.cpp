@@ -1,4 +1,4 @@
-// Break-it lab 2 (docs/course/18_break_it.md): the forgotten f. The residual stream X[I] fed
+// Break-it lab 2 (docs/course/break_it/02_forgotten_copy_to.md): the forgotten f. The residual stream X[I] fed
 // straight into a column-parallel matmul would skip f's backward all-reduce (each rank would keep
 // only its columns' share of dX). The type says so: I mixed with C is E170; ad::copy_to(x) fixes it.
 #include <shardalg/autodiff.hpp>

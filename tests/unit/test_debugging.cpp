@@ -4,6 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <thread>
+#include <vector>
+
 #include "testing.hpp"
 
 using namespace shardalg;
@@ -34,6 +40,53 @@ TEST_CASE("the ledger's Chrome trace: one complete event per collective, with sc
     CHECK(ev[1]["ts"].get<double>() >= ev[0]["ts"].get<double>() + ev[0]["dur"].get<double>());
     CHECK(l.entries()[0].end_seconds >= l.entries()[0].start_seconds);
   });
+}
+
+TEST_CASE("the ledger's Chrome trace: ranks whose ledgers were made 100 ms apart merge on one clock") {
+  // Rank 1 makes its ledger 100 ms before rank 0 does; both then run one all-reduce together. On
+  // the system clock the two events are the same moment; on per-ledger clocks they would be
+  // ~100 ms apart.
+  using namespace std::chrono;
+  const auto wall_us = [] { return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count(); };
+  const long long before = wall_us();
+  std::vector<nlohmann::json> ev(2);
+  run_ranks(2, [&](ThreadComm& c) {
+    std::optional<Ledger> l;
+    if (c.rank() == 1) l.emplace();
+    std::this_thread::sleep_for(milliseconds(100));
+    if (c.rank() == 0) l.emplace();
+    Group g = ledgered(c, *l);
+    (void)all_reduce(Sharded<double, Partial>(testing::random_int<double>(2, 2, 3), 2, 2, g));
+    ev[static_cast<std::size_t>(c.rank())] = nlohmann::json::parse(l->chrome_trace(c.rank()))["traceEvents"][0];
+  });
+  const long long after = wall_us();
+  for (const auto& e : ev) {
+    CHECK(e["ts"].get<double>() >= static_cast<double>(before));
+    CHECK(e["ts"].get<double>() + e["dur"].get<double>() <= static_cast<double>(after) + 1.0);
+  }
+  // Both ranks leave the all-reduce after both have entered it: the ends lie within 50 ms.
+  const double end0 = ev[0]["ts"].get<double>() + ev[0]["dur"].get<double>();
+  const double end1 = ev[1]["ts"].get<double>() + ev[1]["dur"].get<double>();
+  CHECK(std::abs(end0 - end1) < 50'000.0);
+}
+
+TEST_CASE("the ledger's table: one column per field, the mesh axis included, widened to the longest entry") {
+  Ledger l;
+  CallInfo dp{.layout_in = "Partial(max)", .layout_out = "Replicated"};
+  CallInfo tp{.layout_in = "Partial", .layout_out = "R"};
+  (void)l.record(CollectiveKind::all_reduce, 1, DType::f64, dp, 2, "dp");
+  (void)l.record(CollectiveKind::all_reduce, 1, DType::f64, tp, 2, "tp");
+  {
+    auto s = l.scope("block.0");
+    auto s2 = l.scope("mlp");
+    auto s3 = l.scope("grad_norm.w1");
+    (void)l.record(CollectiveKind::all_gather, 48, DType::f32, CallInfo{.layout_in = "C", .layout_out = "R"}, 4);
+  }
+  CHECK(l.table() ==
+        "scope                     axis  collective      layouts                         elements       bytes  dtype\n"
+        "-                         dp    all_reduce      Partial(max) -> Replicated             1           8  f64\n"
+        "-                         tp    all_reduce      Partial -> R                           1           8  f64\n"
+        "block.0/mlp/grad_norm.w1  -     all_gather      C -> R                                48         192  f32\n");
 }
 
 TEST_CASE("shardalg::scope labels a ledgered group and is a no-op on a plain one") {

@@ -135,6 +135,25 @@ TEST_CASE("explain: sum of a Row tensor nests its all_reduce; a transposed opera
   });
 }
 
+TEST_CASE("explain: sum of an I value is I; copy_to (f) is a line of its own, with no collective") {
+  run_ranks(2, [](ThreadComm& c) {
+    Ledger l;
+    l.explain(true);
+    Group g = ledgered(c, l);
+    auto x = shard<Invariant>(testing::random_int<double>(8, 16, 4), g);
+    (void)sum(x);      // Σ X[I] → s[I]: local, and still I
+    (void)copy_to(x);  // f: X[I] → X[R]; its adjoint is the backward's all-reduce
+    const auto& ops = l.explained();
+    REQUIRE(ops.size() == 2);
+    CHECK(ops[0].op == "sum");
+    CHECK(ops[0].layouts == "Σ 8x16[I] → 1x1[I]");
+    CHECK(ops[1].op == "copy_to (f)");
+    CHECK(ops[1].layouts == "8x16[I] → 8x16[R]");
+    CHECK(ops[1].collectives.empty());
+    CHECK(l.entries().empty());
+  });
+}
+
 TEST_CASE("explain: off by default; a raw Group call is a line of its own; a user's op nests ops") {
   run_ranks(2, [](ThreadComm& c) {
     Ledger l;
