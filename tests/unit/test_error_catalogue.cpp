@@ -47,7 +47,8 @@ TEST_CASE("error catalogue: every [shardalg.E…] text is in base/diagnostics.hp
   // One entry per ID: E150's per-pair texts are the one entry diagnose_conversion, E170's three
   // variants (left operand I, right operand I, neither side known) one guarded group of diagnose();
   // every other ID has one static_assert of diagnose().
-  for (const auto& [id, n] : cat) {
+  for (const auto& entry : cat) {  // not a structured binding: doctest's macros capture it
+    const int id = entry.first, n = entry.second;
     CAPTURE(id);
     if (id == 150) CHECK(n >= 2);
     else if (id == 170) CHECK(n == 3);
@@ -64,7 +65,8 @@ TEST_CASE("error catalogue: docs/design.md's table lists exactly the catalogue's
     ++rows[std::stoi((*it)[1])];
   std::set<int> a, b;
   for (const auto& [id, n] : cat) a.insert(id);
-  for (const auto& [id, n] : rows) {
+  for (const auto& row : rows) {
+    const int id = row.first, n = row.second;
     b.insert(id);
     CHECK_MESSAGE(n == 1, "E", id, " has ", n, " rows in docs/design.md");
   }

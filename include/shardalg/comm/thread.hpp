@@ -127,7 +127,8 @@ class BasicThreadComm {
     publish(buf, buf, n, t, info, detail::CheckedOp::all_reduce, op);
     const int P = size();
     const std::size_t es = size_of(t);
-    const auto [lo, hi] = chunk(n, rank_);
+    const auto range = chunk(n, rank_);  // [lo, hi): a lambda cannot capture a structured binding (C++17)
+    const std::size_t lo = range.first, hi = range.second;
     if (hi > lo) {
       const auto dst = [&](int s) -> void* { return static_cast<char*>(w_->recv_[s]) + lo * es; };
       const auto src = [&](int s) -> const void* { return static_cast<const char*>(w_->recv_[s]) + lo * es; };
