@@ -353,3 +353,128 @@ TEST_CASE("errors name the values") {
                          "PipelineGpt: per-token loss scaling needs the global batch's target count, got 0", ShapeError);
   });
 }
+
+// ---- Stages that disagree, and stages that fail (p2p.hpp: what arrives is what is expected;
+// executor.hpp: receives are cancelled while an error unwinds) ----
+
+namespace {
+
+/// Two micro-batches of the same 16 tokens: (seq 8, 1 sequence) each on rank 0, (seq 4, 2
+/// sequences) on rank `other` — the same bytes between stages, another model.
+std::vector<nn::MicroBatch> microbatches(bool split_differently) {
+  std::vector<nn::MicroBatch> out;
+  for (int j = 0; j < 2; ++j) {
+    nn::MicroBatch mb;
+    for (int k = 0; k < 8; ++k) mb.tokens.push_back((5 * k + j) % 37), mb.targets.push_back((3 * k + 1 + j) % 37);
+    mb.seq = split_differently ? 4 : 8, mb.sequences = split_differently ? 2 : 1, mb.row_base = 8 * j;
+    out.push_back(std::move(mb));
+  }
+  return out;
+}
+
+/// nn::PipelineGpt whose forward of micro-batch `fail_mb` throws on pp rank `fail_rank`.
+struct FailingStage {
+  using Inner = nn::PipelineGpt<double>;
+  using Act = Inner::Act;
+  using State = Inner::State;
+  Inner& m;
+  int pp_rank, fail_rank, fail_mb;
+  [[nodiscard]] Group tp() const { return m.tp(); }
+  [[nodiscard]] pipeline::ActShape shape(int mb) const { return m.shape(mb); }
+  std::optional<Act> forward(int c, int mb, std::optional<Act> in, State& st) {
+    if (pp_rank == fail_rank && mb == fail_mb) throw std::runtime_error("stage failed in its forward");
+    return m.forward(c, mb, std::move(in), st);
+  }
+  std::optional<Act> backward(int c, int mb, State& st, std::optional<Act> dy, bool w) {
+    return m.backward(c, mb, st, std::move(dy), w);
+  }
+  void weights(int c, int mb, State& st) { m.weights(c, mb, st); }
+  [[nodiscard]] std::size_t bytes(const State& st) const { return m.bytes(st); }
+};
+
+}  // namespace
+
+TEST_CASE("stages that disagree on the micro-batches fail on the receiving stage, fixed or variable lengths") {
+  pc::Setup s;
+  s.pp = 2, s.tp = 1, s.m = 2;
+  const auto c = pc::config(s);
+  const auto masters = pc::masters(c, 5);
+  for (bool variable : {false, true}) {
+    for (bool overlap : {false, true}) {
+      CAPTURE(variable);
+      CAPTURE(overlap);
+      std::vector<std::string> got(2, "ok");
+      try {
+        run_ranks(2, [&](ThreadComm& comm) {
+          Mesh mesh(Group(comm), {{"pp", 2}, {"tp", 1}});
+          const auto lay = pipeline::parse_layout(pc::layout(s), 2, c.layers);
+          auto model = nn::PipelineGpt<double>::init(c, lay, mesh, &masters);
+          model.set_microbatches(microbatches(comm.rank() == 1), nn::LossScaling::microbatches);
+          pipeline::ExecOptions o;
+          o.p2p.variable_seq_lengths = variable;
+          o.overlap_p2p = overlap;
+          pipeline::Executor<nn::PipelineGpt<double>> ex(mesh.group("pp"), pipeline::one_f_one_b(2, 2), o);
+          try {
+            (void)ex.run(model);
+          } catch (const CommAbortedError&) {
+            throw;
+          } catch (const std::exception& e) {
+            got[static_cast<std::size_t>(comm.rank())] = e.what();
+            throw;
+          }
+        });
+      } catch (const std::exception&) {
+      }
+      CHECK(got[1] == (variable ? "pipeline p2p: pp rank 1 expected a message of shape (seq 4, batch 2, hidden 16) "
+                                  "from pp rank 0, which sent (seq 8, batch 1, hidden 16)"
+                                : "ThreadComm: mismatched point-to-point: rank 1 receives f64 × 128, layout R, shape "
+                                  "(4, 2, 16) from rank 0, which sent f64 × 128, layout R, shape (8, 1, 16)"));
+      CHECK(got[0] == "ok");  // rank 0 is aborted (its message is fine)
+    }
+  }
+}
+
+TEST_CASE("a stage that throws with receives posted (overlap) ends the run with its error, checked or not") {
+  pc::Setup s;
+  s.pp = 2, s.tp = 1, s.m = 2;
+  const auto c = pc::config(s);
+  const auto masters = pc::masters(c, 5);
+  for (bool checked : {false, true}) {
+    for (int fail_rank : {0, 1}) {
+      CAPTURE(checked);
+      CAPTURE(fail_rank);
+      CollectiveCheck chk(checked);
+      CHECK_THROWS_WITH_AS(run_ranks(2,
+                                     [&](ThreadComm& comm) {
+                                       Mesh mesh(Group(comm), {{"pp", 2}, {"tp", 1}});
+                                       const auto lay = pipeline::parse_layout(pc::layout(s), 2, c.layers);
+                                       auto model = nn::PipelineGpt<double>::init(c, lay, mesh, &masters);
+                                       model.set_microbatches(microbatches(false), nn::LossScaling::microbatches);
+                                       pipeline::ExecOptions o;
+                                       o.overlap_p2p = true;
+                                       FailingStage stage{model, mesh.coord("pp"), fail_rank, 1};
+                                       pipeline::Executor<FailingStage> ex(mesh.group("pp"), pipeline::one_f_one_b(2, 2), o);
+                                       (void)ex.run(stage);
+                                     }),
+                           "stage failed in its forward", std::runtime_error);
+    }
+  }
+}
+
+TEST_CASE("a schedule for more micro-batches than the model was given is refused by name") {
+  pc::Setup s;
+  s.pp = 2, s.tp = 1, s.m = 2;
+  const auto c = pc::config(s);
+  CHECK_THROWS_WITH_AS(run_ranks(2,
+                                 [&](ThreadComm& comm) {
+                                   Mesh mesh(Group(comm), {{"pp", 2}, {"tp", 1}});
+                                   const auto lay = pipeline::parse_layout(pc::layout(s), 2, c.layers);
+                                   auto model = nn::PipelineGpt<double>::init(c, lay, mesh);
+                                   model.set_microbatches(microbatches(false), nn::LossScaling::microbatches);
+                                   pipeline::Executor<nn::PipelineGpt<double>> ex(mesh.group("pp"),
+                                                                                  pipeline::one_f_one_b(2, 4), {});
+                                   (void)ex.run(model);
+                                 }),
+                       "pipeline::Executor: schedule '1F1B' runs m = 4 micro-batches, the model was given 2",
+                       pipeline::PipelineError);
+}

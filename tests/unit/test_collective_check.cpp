@@ -250,3 +250,34 @@ TEST_CASE("a thread that cannot be started is a ThreadStartError (injected failu
   }
   CHECK(aborted == 1);  // rank 1 had started; rank 0 never ran its body
 }
+
+TEST_CASE("checked: the watchdog on one group names a rank that waits in another group's collective") {
+  // Four ranks, two ways to pair them: X = {0, 1}, {2, 3} and Y = {0, 2}, {1, 3} (a mesh's two
+  // axes). Rank 0 waits in X's all_reduce for rank 1, which waits in Y's for rank 3, which never
+  // comes. Rank 0's watchdog says where rank 1 is — not "not in a collective".
+  Timeout t(0.3);
+  std::vector<std::string> got(4, "ok");
+  try {
+    run_ranks(4, [&](ThreadComm& c) {
+      ThreadComm x = c.split(c.rank() / 2, c.rank()), y = c.split(c.rank() % 2, c.rank());
+      std::string& out = got[static_cast<std::size_t>(c.rank())];
+      try {
+        Group gx = x, gy = y;
+        if (c.rank() == 0) mm::all_reduce_f64(gx, 8);
+        if (c.rank() == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0's deadline comes first
+          mm::all_reduce_f64(gy, 8);
+        }
+        if (c.rank() >= 2)  // their end-of-body rendezvous must not time out before rank 0 does
+          std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      } catch (const CommError& e) {
+        out = e.what();
+      }
+    });
+  } catch (const CommError&) {
+    // the end-of-body rendezvous fails after the timeouts
+  }
+  CHECK(got[0] ==
+        "ThreadComm: rank 0 waited more than 0.3 s in all_reduce f64 × 8 (#1); rank 1 waits in all_reduce f64 × 8 "
+        "(#1) on another group of 2 ranks");
+}

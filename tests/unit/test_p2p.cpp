@@ -6,7 +6,9 @@
 // elements; send/recv with the peer).
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -280,4 +282,141 @@ TEST_CASE("isend/irecv fallback: a communicator without them sends at the call a
     for (int w : wrong) CHECK(w == 0);
     for (auto n : recorded) CHECK(n == 4);
   }
+}
+
+// ---- A message is what its receive expects, not only as many bytes (comm/p2p_check.hpp) ----
+
+TEST_CASE("a message of equal bytes and another dtype or shape is a mismatch, named by the receiver, its buffer untouched") {
+  // Three int64 read as three doubles; a (seq 8, batch 1) block read as (seq 4, batch 2): the same
+  // bytes. Posted before the send (the sender copies) and after it (the receiver copies).
+  for (bool posted_first : {false, true}) {
+    CAPTURE(posted_first);
+    std::vector<std::string> got(2, "ok");
+    std::vector<double> kept(2, -1);
+    run_ranks(2, [&](ThreadComm& c) {
+      Group g = c;
+      CallInfo mine{"R", "R"}, theirs{"R", "R"};
+      mine.dims = {4, 2, 16};
+      theirs.dims = {8, 1, 16};
+      try {
+        if (c.rank() == 0) {
+          if (posted_first) g.barrier();
+          const std::int64_t shape[3] = {8, 1, 16};
+          g.send(shape, 3, DType::i64, 1);
+          const double block[4] = {1, 2, 3, 4};
+          g.send(block, 4, DType::f64, 1, theirs);
+          if (!posted_first) g.barrier();
+        } else {
+          double a[3] = {-1, -1, -1}, b[4] = {-1, -1, -1, -1};
+          Request ra = g.irecv(a, 3, DType::f64, 0);
+          Request rb = g.irecv(b, 4, DType::f64, 0, mine);
+          g.barrier();  // rank 0 sends after it when posted_first
+          try {
+            ra.wait();
+          } catch (const CollectiveMismatchError& e) {
+            got[1] = e.what();
+          }
+          try {
+            rb.wait();
+          } catch (const CollectiveMismatchError& e) {
+            got[1] += std::string(" | ") + e.what();
+          }
+          kept[1] = a[0] + a[1] + a[2] + b[0] + b[1] + b[2] + b[3];
+        }
+      } catch (const std::exception& e) {
+        got[static_cast<std::size_t>(c.rank())] = std::string("other: ") + e.what();
+      }
+    });
+    CHECK(got[0] == "ok");
+    CHECK(got[1] ==
+          "ThreadComm: mismatched point-to-point: rank 1 receives f64 × 3 from rank 0, which sent i64 × 3 | "
+          "ThreadComm: mismatched point-to-point: rank 1 receives f64 × 4, layout R, shape (4, 2, 16) from rank 0, "
+          "which sent f64 × 4, layout R, shape (8, 1, 16)");
+    CHECK(kept[1] == -7.0);  // nothing landed
+  }
+}
+
+TEST_CASE("unsaid layouts and shapes match anything; the blocking recv compares too") {
+  std::vector<std::string> got(2, "ok");
+  run_ranks(2, [&](ThreadComm& c) {
+    Group g = c;
+    CallInfo said{"C", "C"};
+    said.dims = {2, 3, 4};
+    try {
+      if (c.rank() == 0) {
+        const double x[2] = {5, 6};
+        g.send(x, 2, DType::f64, 1, said);  // received without a CallInfo: fine
+        g.send(x, 2, DType::f64, 1);        // sent without, received with: fine
+        CallInfo other{"Row", "Row"};
+        g.send(x, 2, DType::f64, 1, other);  // layouts differ: a mismatch
+      } else {
+        double y[2] = {0, 0};
+        g.recv(y, 2, DType::f64, 0);
+        g.recv(y, 2, DType::f64, 0, said);
+        if (y[0] != 5 || y[1] != 6) got[1] = "wrong values";
+        g.recv(y, 2, DType::f64, 0, said);
+      }
+    } catch (const CollectiveMismatchError& e) {
+      got[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+  });
+  CHECK(got[0] == "ok");
+  CHECK(got[1] ==
+        "ThreadComm: mismatched point-to-point: rank 1 receives f64 × 2, layout C, shape (2, 3, 4) from rank 0, which "
+        "sent f64 × 2, layout Row");
+}
+
+// ---- A rank that fails while it holds unfinished Requests (communicator.hpp, Request) ----
+
+TEST_CASE("unchecked: a rank that throws while its irecv is posted ends the run; its peer is not left waiting") {
+  // Rank 1 posts a receive from rank 0 and fails; rank 0 waits in a recv from rank 1, unchecked
+  // (no watchdog). Waiting for the receive while unwinding would deadlock both: the Request is
+  // cancelled instead, the error reaches run_ranks, the abort releases rank 0.
+  CollectiveCheck off(false);
+  for (int rep = 0; rep < 3; ++rep) {
+    CHECK_THROWS_WITH_AS(run_ranks(2,
+                                   [](ThreadComm& c) {
+                                     Group g = c;
+                                     double x = 0;
+                                     if (c.rank() == 0) {
+                                       g.recv(&x, 1, DType::f64, 1);
+                                       return;
+                                     }
+                                     Request rq = g.irecv(&x, 1, DType::f64, 0);
+                                     throw std::runtime_error("rank 1 failed in its stage");
+                                   }),
+                         "rank 1 failed in its stage", std::runtime_error);
+  }
+}
+
+TEST_CASE("checked: a dropped Request whose wait timed out is named in the abort, not 'another rank failed'") {
+  // ~Request cannot throw: the watchdog's timeout in its wait is kept by the world, and the abort
+  // that follows names it — on the rank that dropped it, and in what run_ranks rethrows.
+  set_collective_timeout(0.3);
+  std::vector<std::string> got(2, "ok");
+  std::string outer = "none";
+  try {
+    run_ranks(2, [&](ThreadComm& c) {
+      Group g = c;
+      try {
+        if (c.rank() == 0) {
+          double x = 0;
+          { Request dropped = g.irecv(&x, 1, DType::f64, 1); }  // rank 1 never sends: the watchdog
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0's deadline comes first
+        }
+        g.barrier();
+      } catch (const std::exception& e) {
+        got[static_cast<std::size_t>(c.rank())] = e.what();
+      }
+    });
+  } catch (const CommAbortedError& e) {
+    outer = e.what();
+  }
+  set_collective_timeout(60);
+  const std::string named =
+      "ThreadComm: collective aborted; rank 0 destroyed an unfinished Request whose wait failed: ThreadComm: rank 0 "
+      "waited more than 0.3 s in recv of 8 bytes from rank 1; rank 1 waits in barrier (#1)";
+  CHECK(got[0] == named);
+  CHECK(outer == named);
 }

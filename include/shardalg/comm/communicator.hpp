@@ -36,9 +36,11 @@
 // about two groups can tell them apart; Group forwards it ("a communicator" without one).
 #pragma once
 
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -81,6 +83,10 @@ struct CallInfo {
   bool verification = false;
   std::string_view scope = {};
   bool halo = false;  // a send of a halo exchange: the ledger records it as kind halo
+  /// Point to point: the global shape the message stands for (−1: not said), e.g. a pipeline
+  /// activation's (seq, batch, hidden). A receive compares it with the send's when both say it
+  /// (comm/p2p_check.hpp): two messages of equal bytes and different meaning do not match.
+  std::array<std::int64_t, 3> dims{-1, -1, -1};
 };
 
 template <class C>
@@ -101,13 +107,23 @@ concept Communicator = requires(C& c, const C& cc, void* p, const void* cp, std:
 };
 
 /// A collective in flight. `test()` drives its progress and says whether it has completed;
-/// `wait()` blocks until it has. A default-constructed Request is complete. Move-only; destroying
-/// (or assigning over) an incomplete Request waits for it first, so its buffer is never freed
-/// under a transfer (a failure of that wait is dropped by the destructor: call wait() to see it).
+/// `wait()` blocks until it has. A default-constructed Request is complete. Move-only.
+///
+/// Destroying (or assigning over) an incomplete Request:
+///   - normally, waits for it first, so its buffer is never freed under a transfer. A failure of
+///     that wait (a watchdog's timeout) cannot leave a destructor: the backend is told
+///     (`dropped`): ThreadComm names it in the abort every rank sees next, MpiComm prints one line
+///     and aborts the job (its communicator is unusable after a timeout). Call wait() to see it.
+///   - while an exception unwinds the stack (this rank failed), cancels it instead (`cancel`):
+///     waiting there could deadlock — the peer may be waiting for this failing rank — and hide
+///     the error. A cancelled receive never writes into its buffer afterwards; on MPI a send is
+///     released to complete on its own (MPI_Request_free). A communicator that cannot cancel
+///     (no `cancel()`) waits, as before.
 class Request {
  public:
   Request() = default;
-  /// `Impl` has `bool test()` and `void wait()`.
+  /// `Impl` has `bool test()` and `void wait()`; optionally `void cancel() noexcept` and
+  /// `void dropped(const std::exception_ptr&) noexcept` (see above).
   template <class Impl>
     requires(!std::same_as<std::remove_cvref_t<Impl>, Request>)
   explicit Request(Impl impl) : impl_(std::make_unique<Model<Impl>>(std::move(impl))) {}
@@ -133,18 +149,26 @@ class Request {
   }
 
  private:
-  // Waits for an unfinished transfer where no exception may leave (destructor, move-assignment,
-  // which may run while another exception unwinds): a failure of that wait is dropped here.
+  // Where no exception may leave (destructor, move-assignment): see the class comment.
   void drop() noexcept {
+    if (!impl_) return;
+    auto impl = std::move(impl_);
+    if (std::uncaught_exceptions() > 0) {
+      impl->cancel();
+      return;
+    }
     try {
-      wait();
+      impl->wait();
     } catch (...) {
+      impl->dropped(std::current_exception());
     }
   }
   struct Iface {
     virtual ~Iface() = default;
     virtual bool test() = 0;
     virtual void wait() = 0;
+    virtual void cancel() noexcept = 0;
+    virtual void dropped(const std::exception_ptr& e) noexcept = 0;
   };
   template <class Impl>
   struct Model final : Iface {
@@ -152,6 +176,19 @@ class Request {
     explicit Model(Impl i) : impl(std::move(i)) {}
     bool test() override { return impl.test(); }
     void wait() override { impl.wait(); }
+    void cancel() noexcept override {
+      if constexpr (requires { impl.cancel(); }) {
+        impl.cancel();
+      } else {
+        try {
+          impl.wait();
+        } catch (...) {
+        }
+      }
+    }
+    void dropped(const std::exception_ptr& e) noexcept override {
+      if constexpr (requires { impl.dropped(e); }) impl.dropped(e);
+    }
   };
   std::unique_ptr<Iface> impl_;
 };
@@ -456,15 +493,21 @@ struct Group::DeferredRecv {
   int peer;
   std::string in, out;
   bool verification;
+  std::array<std::int64_t, 3> dims;
   bool test() { return false; }  // nothing runs in the background: only wait() receives
-  void wait() { g.recv(buf, n, t, peer, CallInfo{in, out, verification}); }
+  void wait() {
+    CallInfo info{in, out, verification};
+    info.dims = dims;
+    g.recv(buf, n, t, peer, info);
+  }
+  void cancel() noexcept {}  // nothing was posted
 };
 
 inline Request Group::irecv(void* buf, std::size_t n, DType t, int peer, const CallInfo& info) {
   auto& c = get("irecv");
   if (c.async_p2p()) return c.irecv(buf, n, t, peer, info);
   return Request(DeferredRecv{*this, buf, n, t, peer, std::string(info.layout_in), std::string(info.layout_out),
-                              info.verification});
+                              info.verification, info.dims});
 }
 
 template <class C>

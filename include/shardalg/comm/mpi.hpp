@@ -34,6 +34,7 @@
 
 #include "shardalg/comm/communicator.hpp"
 #include "shardalg/comm/mpi_check.hpp"
+#include "shardalg/comm/mpi_p2p.hpp"
 #include "shardalg/comm/reduce.hpp"
 #include "shardalg/base/errors.hpp"
 
@@ -164,7 +165,7 @@ class MpiComm {
       all_reduce(buf, n, t, op);
       return {};
     }
-    MpiRequest r;
+    MpiCollectiveRequest r;
     detail::mpi_check(
         MPI_Iallreduce(MPI_IN_PLACE, buf, count(n), detail::mpi_type(t), detail::mpi_op(op), *comm_, &r.req),
         "MPI_Iallreduce");
@@ -226,12 +227,13 @@ class MpiComm {
   }
   /// MPI_Isend / MPI_Irecv (tag 0, as send/recv: they match each other).
   [[nodiscard]] Request isend(const void* buf, std::size_t n, DType t, int peer) {
-    MpiRequest r;
+    detail::MpiRequest r;
     detail::mpi_check(MPI_Isend(buf, count(n), detail::mpi_type(t), peer, 0, *comm_, &r.req), "MPI_Isend");
     return Request(r);
   }
   [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer) {
-    MpiRequest r;
+    detail::MpiRequest r;
+    r.is_recv = true;
     detail::mpi_check(MPI_Irecv(buf, count(n), detail::mpi_type(t), peer, 0, *comm_, &r.req), "MPI_Irecv");
     return Request(r);
   }
@@ -267,13 +269,26 @@ class MpiComm {
     check_call(detail::CheckedOp::broadcast, n, t, info, ReduceOp::sum, root);
     broadcast(buf, n, t, root);
   }
-  void send(const void* buf, std::size_t n, DType t, int peer, const CallInfo&) { send(buf, n, t, peer); }
-  void recv(void* buf, std::size_t n, DType t, int peer, const CallInfo&) { recv(buf, n, t, peer); }
-  [[nodiscard]] Request isend(const void* buf, std::size_t n, DType t, int peer, const CallInfo&) {
-    return isend(buf, n, t, peer);
+  // Point to point, checked: a header with the message's description before the data, compared
+  // by the receive, and the watchdog on every wait (comm/mpi_p2p.hpp). Unchecked: the plain calls.
+  void send(const void* buf, std::size_t n, DType t, int peer, const CallInfo& info) {
+    if (!check_collectives()) return send(buf, n, t, peer);
+    isend(buf, n, t, peer, info).wait();
   }
-  [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer, const CallInfo&) {
-    return irecv(buf, n, t, peer);
+  void recv(void* buf, std::size_t n, DType t, int peer, const CallInfo& info) {
+    if (!check_collectives()) return recv(buf, n, t, peer);
+    irecv(buf, n, t, peer, info).wait();
+  }
+  [[nodiscard]] Request isend(const void* buf, std::size_t n, DType t, int peer, const CallInfo& info) {
+    if (!check_collectives()) return isend(buf, n, t, peer);
+    detail::MessageRecord rec(t, n, info);
+    rec.seq = check_->p2p_sent[peer]++;
+    return Request(detail::MpiCheckedSend::start(*comm_, rank_, buf, count(n), detail::mpi_type(t), peer, rec));
+  }
+  [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer, const CallInfo& info) {
+    if (!check_collectives()) return irecv(buf, n, t, peer);
+    return Request(detail::MpiCheckedRecv::start(*comm_, rank_, buf, count(n), detail::mpi_type(t), peer,
+                                                 detail::MessageRecord(t, n, info)));
   }
   /// Checked: the fingerprints (the count is this rank's Σ send_counts, not compared), then every
   /// rank's two count arrays gathered (an MPI_Allgather of 2·P values, verification traffic) and
@@ -303,7 +318,10 @@ class MpiComm {
   }
 
  private:
-  struct MpiRequest {
+  // iall_reduce's Request. A nonblocking collective cannot be cancelled or freed (MPI forbids
+  // both): destroyed while an exception unwinds, it is left to MPI — the rank is failing, and
+  // run_mpi ends the job; destroyed normally, it is waited for.
+  struct MpiCollectiveRequest {
     MPI_Request req = MPI_REQUEST_NULL;
     bool test() {
       int flag = 0;
@@ -311,6 +329,8 @@ class MpiComm {
       return flag != 0;
     }
     void wait() { detail::mpi_check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait"); }
+    void cancel() noexcept {}
+    void dropped(const std::exception_ptr& e) noexcept { detail::abort_dropped(e); }
   };
 
   explicit MpiComm(std::shared_ptr<MPI_Comm> owned) : comm_(std::move(owned)) {

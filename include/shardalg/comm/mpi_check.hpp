@@ -18,7 +18,7 @@
 //     timeout the communicator must not be used again: end the job (run_mpi turns the exception
 //     into MPI_Abort) or carry on with another communicator.
 //
-// Point-to-point send/recv are not checked. A user's own MPI_ANY_TAG receive on the same
+// Point-to-point send/recv are checked their own way (comm/mpi_p2p.hpp). A user's own MPI_ANY_TAG receive on the same
 // communicator could take a fingerprint: use another tag range or a communicator of its own.
 #pragma once
 
@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +49,7 @@ inline constexpr int mpi_check_tag = 23069;
 /// Per group (shared by an MpiComm's copies): the sequence count of checked collectives.
 struct MpiCheckState {
   std::uint64_t seq = 0;
+  std::map<int, std::uint64_t> p2p_sent;  // checked point to point: messages sent to each peer
 };
 
 /// Exchange `mine` with every rank of `comm` and compare (see the top of this file).

@@ -39,21 +39,6 @@
 
 namespace shardalg {
 
-namespace detail {
-/// The one line run_mpi prints for an exception, and the abort (never returns).
-[[noreturn]] inline void abort_world(const char* what) {
-  int rank = -1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const std::string line = cat("shardalg: rank ", rank, ": ", what, "\n");
-  std::cout.flush();
-  std::fflush(stdout);
-  std::fputs(line.c_str(), stderr);  // one write of the whole line: ranks' lines do not interleave
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::_Exit(1);  // MPI_Abort does not return; in case an implementation does
-}
-}  // namespace detail
-
 /// Run fn(MpiComm(MPI_COMM_WORLD)) with MPI initialised; an exception on any rank prints one line
 /// from that rank and aborts the whole job (MPI_Abort, non-zero exit). Returns fn's int, or 0.
 template <class Fn>

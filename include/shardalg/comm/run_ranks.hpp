@@ -82,14 +82,19 @@ void run_ranks(int n, Fn&& fn) {
     ~Budget() { set_local_threads(saved); }
   } budget(n);
   auto world = std::make_shared<detail::ThreadWorld>(n);
-  detail::run_threads(
-      n,
-      [&](int r) {
-        ThreadComm comm(world, r);
-        fn(comm);
-        comm.end_of_body();
-      },
-      [&] { world->abort(); });
+  try {
+    detail::run_threads(
+        n,
+        [&](int r) {
+          ThreadComm comm(world, r);
+          fn(comm);
+          comm.end_of_body();
+        },
+        [&] { world->abort(); });
+  } catch (const CommAbortedError&) {
+    world->rethrow_dropped_failure();  // every rank was aborted: say by what, when it is known
+    throw;
+  }
 }
 
 }  // namespace shardalg

@@ -218,7 +218,16 @@ class BasicThreadComm {
     if (leader == rank_) {
       auto sub = std::make_shared<detail::ThreadWorld>(sub_size, w_->name(), w_->release());
       sub->set_spin(w_->spins());  // the parent's threads share the cores: no spinning if they do not fit
-      w_->adopt(sub);
+      std::vector<int> ranks_here(static_cast<std::size_t>(sub_size));  // sub rank → rank here
+      for (int r = 0; r < size(); ++r) {
+        if (all[2 * r] != color) continue;
+        int sr = 0;
+        for (int q = 0; q < size(); ++q)
+          if (all[2 * q] == color && (all[2 * q + 1] < all[2 * r + 1] || (all[2 * q + 1] == all[2 * r + 1] && q < r)))
+            ++sr;
+        ranks_here[static_cast<std::size_t>(sr)] = r;
+      }
+      w_->adopt(sub, ranks_here);
       w_->split_slot_[rank_] = std::move(sub);
     }
     w_->barrier(rank_);
@@ -228,27 +237,30 @@ class BasicThreadComm {
     return out;
   }
 
-  void send(const void* buf, std::size_t n, DType t, int peer, const CallInfo& = {}) {
+  /// Every message carries its description (dtype, count, layout, shape: comm/p2p_check.hpp),
+  /// which the receive compares with its own before copying, checked or not.
+  void send(const void* buf, std::size_t n, DType t, int peer, const CallInfo& info = {}) {
     check_peer(peer, "send peer");
-    w_->post(rank_, peer, buf, n * size_of(t), *ops_);
+    w_->post(rank_, peer, buf, n * size_of(t), *ops_, detail::MessageRecord(t, n, info));
   }
   /// Checked mode: under the watchdog (a recv whose send never comes raises).
-  void recv(void* buf, std::size_t n, DType t, int peer, const CallInfo& = {}) {
+  void recv(void* buf, std::size_t n, DType t, int peer, const CallInfo& info = {}) {
     check_peer(peer, "recv peer");
-    w_->take(peer, rank_, buf, n * size_of(t), *ops_, check_collectives());
+    w_->take(peer, rank_, buf, n * size_of(t), *ops_, detail::MessageRecord(t, n, info), check_collectives());
   }
   /// The send is buffered (the message is copied into the peer's mailbox): complete at once.
-  [[nodiscard]] Request isend(const void* buf, std::size_t n, DType t, int peer, const CallInfo& = {}) {
-    send(buf, n, t, peer);
+  [[nodiscard]] Request isend(const void* buf, std::size_t n, DType t, int peer, const CallInfo& info = {}) {
+    send(buf, n, t, peer, info);
     return {};
   }
   /// Posted now: it takes the next message from the peer in posting order (as MPI matches),
   /// whenever it is waited for. test() takes it if it has arrived (never blocks); wait() waits
   /// (under the watchdog in checked mode).
-  [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer, const CallInfo& = {}) {
+  [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer, const CallInfo& info = {}) {
     check_peer(peer, "recv peer");
-    auto [ticket, posted] = w_->claim_into(peer, rank_, buf, n * size_of(t));
-    return Request(PendingRecv{w_, ops_, peer, rank_, ticket, std::move(posted), buf, n * size_of(t)});
+    const detail::MessageRecord want(t, n, info);
+    auto [ticket, posted] = w_->claim_into(peer, rank_, buf, n * size_of(t), want);
+    return Request(PendingRecv{w_, ops_, peer, rank_, ticket, std::move(posted), buf, n * size_of(t), want});
   }
 
  private:
@@ -260,8 +272,20 @@ class BasicThreadComm {
     std::shared_ptr<detail::ThreadWorld::Posted> posted;  // null: the message was there when posted
     void* buf;
     std::size_t bytes;
-    bool test() { return w->try_ticket(src, dst, ticket, posted.get(), buf, bytes, *ops); }
-    void wait() { w->take_ticket(src, dst, ticket, posted.get(), buf, bytes, *ops, check_collectives()); }
+    detail::MessageRecord want;
+    bool test() { return w->try_ticket(src, dst, ticket, posted.get(), buf, bytes, *ops, want); }
+    void wait() { w->take_ticket(src, dst, ticket, posted.get(), buf, bytes, *ops, want, check_collectives()); }
+    void cancel() noexcept { w->cancel_ticket(src, dst, ticket, posted.get()); }
+    void dropped(const std::exception_ptr& e) noexcept {
+      try {
+        std::rethrow_exception(e);
+      } catch (const CommAbortedError&) {  // another rank's failure: the abort already says so
+      } catch (const std::exception& x) {
+        w->note_dropped_failure(dst, x.what());
+      } catch (...) {
+        w->note_dropped_failure(dst, "unknown exception");
+      }
+    }
   };
 
  public:

@@ -25,8 +25,41 @@
 #include "shardalg/base/errors.hpp"
 #include "shardalg/comm/collective_check.hpp"
 #include "shardalg/comm/communicator.hpp"
+#include "shardalg/comm/p2p_check.hpp"
 
 namespace shardalg::detail {
+
+/// What each rank of a whole thread world (its root and every sub-world split from it) waits in,
+/// for the watchdog's message: a rank absent from one group's collective may be waiting in
+/// another group's (a mesh's other axis). Written when a checked wait starts, cleared when it ends.
+class WaitBoard {
+ public:
+  explicit WaitBoard(int n) : at_(static_cast<std::size_t>(n)) {}
+  void set(int root_rank, const FingerprintRecord& fp, int group_size) {
+    std::lock_guard lk(m_);
+    at_[static_cast<std::size_t>(root_rank)] = Entry{true, fp, group_size};
+  }
+  void clear(int root_rank) {
+    std::lock_guard lk(m_);
+    at_[static_cast<std::size_t>(root_rank)].waiting = false;
+  }
+  /// "; rank 1 waits in all_reduce f64 × 8 (#1) on another group of 2 ranks", or "" if it does not wait.
+  std::string describe_other(int rank, int root_rank) {
+    std::lock_guard lk(m_);
+    const Entry& e = at_[static_cast<std::size_t>(root_rank)];
+    if (!e.waiting) return {};
+    return cat("; rank ", rank, " waits in ", describe(e.fp.view()), " on another group of ", e.group_size, " ranks");
+  }
+
+ private:
+  struct Entry {
+    bool waiting = false;
+    FingerprintRecord fp;
+    int group_size = 0;
+  };
+  std::mutex m_;
+  std::vector<Entry> at_;
+};
 
 /// The state the ranks of one thread world share.
 class ThreadWorld {
@@ -46,7 +79,10 @@ class ThreadWorld {
         n_(n),
         spin_(static_cast<unsigned>(n) <= std::thread::hardware_concurrency()),
         arrived_at_(n),
-        recv_from_(n, -1) {
+        recv_from_(n, -1),
+        board_(std::make_shared<WaitBoard>(n)),
+        root_rank_(static_cast<std::size_t>(n)) {
+    for (int r = 0; r < n; ++r) root_rank_[static_cast<std::size_t>(r)] = r;
     split_slot_.resize(static_cast<std::size_t>(n));
     send_counts_.resize(static_cast<std::size_t>(n));
     recv_counts_.resize(static_cast<std::size_t>(n));
@@ -104,6 +140,12 @@ class ThreadWorld {
     }
     const auto released = [&] { return generation_.load(std::memory_order_acquire) != gen || aborted_; };
     if (fp) {
+      struct OnBoard {
+        WaitBoard& b;
+        int who;
+        ~OnBoard() { b.clear(who); }
+      } on_board{*board_, root_rank_[static_cast<std::size_t>(rank)]};
+      board_->set(on_board.who, fp_[rank], n_);
       const double limit = collective_timeout();
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
       if (!cv_.wait_until(lk, deadline, released)) {
@@ -130,8 +172,11 @@ class ThreadWorld {
   }
 
   /// A sub-world made by ThreadComm::split: aborting this world aborts it (and it starts aborted
-  /// when this one already is).
-  void adopt(const std::shared_ptr<ThreadWorld>& child) {
+  /// when this one already is). `ranks_here[c]`: the rank in this world of the child's rank c.
+  void adopt(const std::shared_ptr<ThreadWorld>& child, const std::vector<int>& ranks_here) {
+    child->board_ = board_;
+    for (std::size_t c = 0; c < ranks_here.size(); ++c)
+      child->root_rank_[c] = root_rank_[static_cast<std::size_t>(ranks_here[c])];
     bool aborted = false;
     {
       std::lock_guard lk(m_);
@@ -164,13 +209,15 @@ class ThreadWorld {
   struct Posted {
     void* buf;
     std::size_t bytes;
+    MessageRecord want;   // what the receive expects (comm/p2p_check.hpp)
     int state = 0;        // 0 waiting for its message, 1 being copied by the sender, 2 done
     std::size_t got = 0;  // the message's bytes
+    MessageRecord got_rec;
   };
   /// A message from src to dst: copied by the sender (its `ops`) straight into the receive that
   /// was posted for it, or staged (ops.stage, a copy the receiver takes later).
   template <class Ops>
-  void post(int src, int dst, const void* buf, std::size_t bytes, Ops& ops) {
+  void post(int src, int dst, const void* buf, std::size_t bytes, Ops& ops, const MessageRecord& rec) {
     std::shared_ptr<Posted> into;
     {
       std::lock_guard lk(m_);
@@ -187,7 +234,7 @@ class ThreadWorld {
           release_(staged);
           throw;
         }
-        box.msgs.emplace(t, Mail{staged, bytes});
+        box.msgs.emplace(t, Mail{staged, bytes, rec});
         mail_cv_.notify_all();
         return;
       }
@@ -195,8 +242,11 @@ class ThreadWorld {
       box.posted.erase(it);
       into->state = 1;
       into->got = bytes;
+      into->got_rec = rec;
     }
-    if (into->bytes == bytes) {  // outside the lock; the receiver waits for state 2
+    // Outside the lock; the receiver waits for state 2. A message the receive does not expect is
+    // not copied: the receiver raises, its buffer untouched.
+    if (into->bytes == bytes && same_message(into->want, rec)) {
       ops.copy(into->buf, buf, bytes);
       ops.fence();
     }
@@ -211,26 +261,27 @@ class ThreadWorld {
   }
   /// irecv: a ticket, and when its message has not arrived yet, the buffer registered for the
   /// sender to copy into (null when the message is already here: the receiver copies it).
-  std::pair<std::uint64_t, std::shared_ptr<Posted>> claim_into(int src, int dst, void* buf, std::size_t bytes) {
+  std::pair<std::uint64_t, std::shared_ptr<Posted>> claim_into(int src, int dst, void* buf, std::size_t bytes,
+                                                               const MessageRecord& want) {
     std::lock_guard lk(m_);
     auto& box = mail_[{src, dst}];
     const std::uint64_t t = box.claimed++;
     if (box.msgs.count(t)) return {t, nullptr};
-    auto p = std::make_shared<Posted>(Posted{buf, bytes});
+    auto p = std::make_shared<Posted>(Posted{buf, bytes, want, 0, 0, MessageRecord{}});
     box.posted.emplace(t, p);
     return {t, p};
   }
   /// Blocking recv: claim the next message and wait for it. `watch` (checked mode): after
   /// collective_timeout() the wait ends in CollectiveTimeoutError.
   template <class Ops>
-  void take(int src, int dst, void* buf, std::size_t bytes, Ops& ops, bool watch = false) {
-    take_ticket(src, dst, claim(src, dst), nullptr, buf, bytes, ops, watch);
+  void take(int src, int dst, void* buf, std::size_t bytes, Ops& ops, const MessageRecord& want, bool watch = false) {
+    take_ticket(src, dst, claim(src, dst), nullptr, buf, bytes, ops, want, watch);
   }
   /// Wait for message `ticket` from src: copied by the sender into the posted buffer (`p`), or
   /// here from the mailbox into buf.
   template <class Ops>
   void take_ticket(int src, int dst, std::uint64_t ticket, Posted* p, void* buf, std::size_t bytes, Ops& ops,
-                   bool watch = false) {
+                   const MessageRecord& want, bool watch = false) {
     std::unique_lock lk(m_);
     auto& box = mail_[{src, dst}];
     const auto arrived = [&] { return p ? p->state == 2 : box.msgs.count(ticket) > 0; };
@@ -254,11 +305,12 @@ class ThreadWorld {
       box.posted.erase(ticket);
       throw_aborted();
     }
-    finish_locked(box, ticket, p, src, dst, buf, bytes, ops);
+    finish_locked(box, ticket, p, src, dst, buf, bytes, ops, want);
   }
   /// Message `ticket` from src if it has arrived (delivered into buf), else false; never waits.
   template <class Ops>
-  bool try_ticket(int src, int dst, std::uint64_t ticket, Posted* p, void* buf, std::size_t bytes, Ops& ops) {
+  bool try_ticket(int src, int dst, std::uint64_t ticket, Posted* p, void* buf, std::size_t bytes, Ops& ops,
+                  const MessageRecord& want) {
     std::unique_lock lk(m_);
     auto& box = mail_[{src, dst}];
     if (p ? p->state != 2 : box.msgs.count(ticket) == 0) {
@@ -268,12 +320,45 @@ class ThreadWorld {
       }
       return false;
     }
-    finish_locked(box, ticket, p, src, dst, buf, bytes, ops);
+    finish_locked(box, ticket, p, src, dst, buf, bytes, ops, want);
     return true;
+  }
+  /// A posted receive given up (its rank unwinds an error): no sender writes into its buffer
+  /// after this returns — a copy under way is waited for (it is short and never blocks), a
+  /// message not arrived yet will be staged and dropped with the world. Never throws.
+  void cancel_ticket(int src, int dst, std::uint64_t ticket, Posted* p) noexcept {
+    std::unique_lock lk(m_);
+    auto& box = mail_[{src, dst}];
+    if (p) {
+      mail_cv_.wait(lk, [&] { return p->state != 1; });
+      box.posted.erase(ticket);
+      return;
+    }
+    if (auto it = box.msgs.find(ticket); it != box.msgs.end()) {
+      release_(it->second.buf);
+      box.msgs.erase(it);
+    }
+  }
+  /// run_ranks, when every rank ended in an abort: the failure that caused it, if a dropped
+  /// Request hid it (note_dropped_failure), as a CommAbortedError; else nothing.
+  void rethrow_dropped_failure() {
+    std::lock_guard lk(m_);
+    if (!dropped_failure_.empty()) throw CommAbortedError(cat(name_, ": collective aborted; ", dropped_failure_));
+  }
+  /// A Request destroyed unfinished whose wait failed on rank `rank` (its error could not leave
+  /// the destructor): every rank's next abort names it, instead of "another rank failed".
+  void note_dropped_failure(int rank, const std::string& what) noexcept {
+    try {
+      std::lock_guard lk(m_);
+      if (dropped_failure_.empty())
+        dropped_failure_ = cat("rank ", rank, " destroyed an unfinished Request whose wait failed: ", what);
+    } catch (...) {
+    }
   }
 
  private:
   [[noreturn]] void throw_aborted() const {
+    if (!dropped_failure_.empty()) throw CommAbortedError(cat(name_, ": collective aborted; ", dropped_failure_));
     throw CommAbortedError(cat(name_, ": another rank failed; collective aborted"));
   }
   void abort_locked() {
@@ -291,6 +376,7 @@ class ThreadWorld {
       if (r == me) continue;
       if (arrived_at_[r] == at) s += cat("; rank ", r, " waits in ", describe(fp_[r].view()));
       else if (recv_from_[r] >= 0) s += cat("; rank ", r, " waits in recv from rank ", recv_from_[r]);
+      else if (std::string o = board_->describe_other(r, root_rank_[static_cast<std::size_t>(r)]); !o.empty()) s += o;
       else s += cat("; rank ", r, " is not in a collective (its last: ", describe(fp_[r].view()), ")");
     }
     return s;
@@ -314,9 +400,13 @@ class ThreadWorld {
   bool aborted_ = false;
   std::vector<std::uint64_t> arrived_at_;  // generation + 1 of the barrier rank r last entered
   std::vector<int> recv_from_;             // the peer rank r waits on in a watched recv, or −1
+  std::string dropped_failure_;            // note_dropped_failure's text, once
+  std::shared_ptr<WaitBoard> board_;       // shared by the whole world (root and sub-worlds)
+  std::vector<int> root_rank_;             // this world's rank r is rank root_rank_[r] of the root
   struct Mail {
     void* buf;  // staged by the sender's ops, released with release_
     std::size_t bytes;
+    MessageRecord rec;
   };
   struct Mailbox {
     std::map<std::uint64_t, Mail> msgs;                        // sent before their receive was posted
@@ -326,10 +416,13 @@ class ThreadWorld {
   // The message of `ticket` has arrived: copied already (p), or copied now from the mailbox.
   template <class Ops>
   void finish_locked(Mailbox& box, std::uint64_t ticket, Posted* p, int src, int dst, void* buf, std::size_t bytes,
-                     Ops& ops) const {
+                     Ops& ops, const MessageRecord& want) const {
     const std::size_t got = p ? p->got : box.msgs.at(ticket).bytes;
     if (got != bytes)
       throw CommError(detail::cat(name_, ": rank ", dst, " expected ", bytes, " bytes from rank ", src, ", got ", got));
+    if (std::string msg = message_mismatch(name_, dst, src, want, p ? p->got_rec : box.msgs.at(ticket).rec);
+        !msg.empty())
+      throw CollectiveMismatchError(std::move(msg));
     if (p) return;
     auto it = box.msgs.find(ticket);
     std::unique_ptr<void, Release> hold(it->second.buf, release_);

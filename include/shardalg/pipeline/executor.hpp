@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -132,6 +133,10 @@ class Executor {
       if (model.chunk_count() != s_.v)
         throw PipelineError(detail::cat("pipeline::Executor: schedule '", s_.name, "' runs v = ", s_.v,
                                         " model chunks per rank, the model has ", model.chunk_count()));
+    if constexpr (requires { model.microbatch_count(); })
+      if (model.microbatch_count() != s_.m)
+        throw PipelineError(detail::cat("pipeline::Executor: schedule '", s_.name, "' runs m = ", s_.m,
+                                        " micro-batches, the model was given ", model.microbatch_count()));
     tp_ = model.tp();
     shape_of_ = [&model](int mb) { return model.shape(mb); };
     sent_ = received_ = 0;
@@ -141,6 +146,20 @@ class Executor {
     kept_.clear();
     states_.clear();
     plan_channels();
+    // An error in an op (this rank's model, or a message that does not match) leaves receives
+    // posted and sends in flight: they are cancelled while the error unwinds (Request), never
+    // waited for — the peer may be waiting for this rank, and the error must reach the caller.
+    struct Abandon {
+      Executor& e;
+      int uncaught = std::uncaught_exceptions();
+      ~Abandon() {
+        if (std::uncaught_exceptions() > uncaught) {
+          e.channels_.clear();
+          e.sends_.clear();
+          e.kept_.clear();
+        }
+      }
+    } abandon{*this};
     RunStats st;
     pp_.barrier();
     double t0 = seconds_now();
@@ -337,11 +356,9 @@ class Executor {
     }
   }
 
-  /// The shape a message has (fixed lengths: from the model; variable: from the message).
-  std::optional<ActShape> expected(const Key& k) const {
-    if (o_.p2p.variable_seq_lengths) return std::nullopt;
-    return shape_of_(k.mb);
-  }
+  /// The shape a message must have: its micro-batch's, from the model (with variable lengths the
+  /// shape that arrives is compared with it).
+  std::optional<ActShape> expected(const Key& k) const { return shape_of_(k.mb); }
 
   void emit(const Key& k, Act x, bool keep) {
     const int to = rank_of(k.stage);
@@ -372,7 +389,7 @@ class Executor {
       out.shape_req = pp_.isend(out.shape.data(), 3, DType::i64, to);
     }
     out.block_req = pp_.isend(out.block->data(), static_cast<std::size_t>(out.block->size()), dtype_of<T>, to,
-                              detail::block_info(L::notation));
+                              detail::block_info(L::notation, shape));
     return out;
   }
 

@@ -14,6 +14,15 @@
 // traffic moves. The ledger records both (send / recv entries with the peer rank: the shape as
 // 3 × i64 in the sub-scope "shape", the block with its layout L → L).
 //
+// What arrives is compared with what the receiver expects, so that two stages that disagree on
+// the micro-batch (sequences of 8 against two of 4: the same bytes) fail instead of computing:
+//   - the block's message carries its layout and global shape (CallInfo::dims; comm/p2p_check.hpp):
+//     the communicator compares them with the receive's (ThreadComm always, MpiComm in checked
+//     mode) — CollectiveMismatchError, as a shape message read as a block is (i64 against f64);
+//   - with variable lengths, the shape that arrives is compared with the receiver's expected
+//     shape whenever it passes one (the Executor always does: every stage knows its micro-batches)
+//     — PipelineError naming both.
+//
 // Three ways to move messages:
 //
 //   send_async / Inbound      one message, non-blocking: send_async posts isend (shape, then the
@@ -72,7 +81,15 @@ std::pair<Index, Index> block_shape(const ActShape& s, int t) {
   ::shardalg::detail::check_divisible(L::kind, s.rows(), s.cols(), t, "pipeline p2p: X[", L::notation, "]");
   return local_shape(L::kind, s.rows(), s.cols(), t);
 }
-inline CallInfo block_info(std::string_view layout) { return CallInfo{layout, layout}; }
+/// The block's CallInfo: its layout and global shape (compared by the receiving communicator).
+inline CallInfo block_info(std::string_view layout, const ActShape& s) {
+  CallInfo i{layout, layout};
+  i.dims = {s.seq, s.batch, s.hidden};
+  return i;
+}
+inline std::string shape_text(const ActShape& s) {
+  return cat("(seq ", s.seq, ", batch ", s.batch, ", hidden ", s.hidden, ")");
+}
 }  // namespace detail
 
 /// A message sent with send_async: its buffers live here until done() (the block is shared with
@@ -114,7 +131,7 @@ Outbound<T, B> send_async(Group& pp, const Sharded<T, L, B>& x, std::shared_ptr<
     out.shape_req = pp.isend(out.shape.data(), 3, DType::i64, peer);
   }
   out.block_req = pp.isend(out.block->data(), static_cast<std::size_t>(out.block->size()), dtype_of<T>, peer,
-                           detail::block_info(L::notation));
+                           detail::block_info(L::notation, shape));
   return out;
 }
 template <class T, class L, class B>
@@ -124,6 +141,8 @@ Outbound<T, B> send_async(Group& pp, const Sharded<T, L, B>& x, int peer, const 
 
 /// One message to receive: X[L] from `peer` on `pp`, rebuilt on `tp`. post() starts it without
 /// blocking (the shape's receive, or the block's when the shape is known); wait() finishes it.
+/// `expected`: the shape the receiver expects — required without variable lengths; with them,
+/// optional, and compared with the shape that arrives (PipelineError when they differ).
 /// Between two messages from one peer, the block's receive of the first must be posted before
 /// anything of the second (the messages match in order): post_block() does that, waiting for
 /// the first's 3 integers when needed.
@@ -132,7 +151,8 @@ class Inbound {
  public:
   using X = Sharded<T, L, B>;
   Inbound(Group pp, Group tp, int peer, std::optional<ActShape> expected, const P2POptions& o)
-      : pp_(std::move(pp)), tp_(std::move(tp)), peer_(peer), variable_(o.variable_seq_lengths), shape_(expected) {
+      : pp_(std::move(pp)), tp_(std::move(tp)), peer_(peer), variable_(o.variable_seq_lengths), expected_(expected),
+        shape_(expected) {
     if (!variable_ && !shape_)
       throw PipelineError("pipeline p2p: a fixed-shape receive needs the expected shape (or variable_seq_lengths)");
   }
@@ -162,13 +182,13 @@ class Inbound {
     if (block_posted_) return;
     if (variable_) {
       shape_req_.wait();
-      shape_ = ActShape{wire_[0], wire_[1], wire_[2]};
+      shape_arrived();
     }
     const auto [r, c] = detail::block_shape<L>(*shape_, tp_.size());
     buf_ = B::template empty<T>(r, c);
     block_posted_ = true;
     block_req_ = pp_.irecv(buf_.data(), static_cast<std::size_t>(buf_.size()), dtype_of<T>, peer_,
-                           detail::block_info(L::notation));
+                           detail::block_info(L::notation, *shape_));
   }
   /// Drives progress without blocking (the shape, then the block); true once the block is here.
   bool test() {
@@ -192,19 +212,28 @@ class Inbound {
     if (variable_) {
       auto s = scope(pp_, "shape");
       pp_.recv(wire_.data(), 3, DType::i64, peer_);
-      shape_ = ActShape{wire_[0], wire_[1], wire_[2]};
+      shape_arrived();
     }
     const auto [r, c] = detail::block_shape<L>(*shape_, tp_.size());
     buf_ = B::template empty<T>(r, c);
-    pp_.recv(buf_.data(), static_cast<std::size_t>(buf_.size()), dtype_of<T>, peer_, detail::block_info(L::notation));
+    pp_.recv(buf_.data(), static_cast<std::size_t>(buf_.size()), dtype_of<T>, peer_,
+             detail::block_info(L::notation, *shape_));
     return X(std::move(buf_), shape_->rows(), shape_->cols(), tp_);
   }
 
  private:
+  // Variable lengths: the 3 integers are here; they must be the shape the receiver expects.
+  void shape_arrived() {
+    shape_ = ActShape{wire_[0], wire_[1], wire_[2]};
+    if (expected_ && *expected_ != *shape_)
+      throw PipelineError(detail::cat("pipeline p2p: pp rank ", pp_.rank(), " expected a message of shape ",
+                                      detail::shape_text(*expected_), " from pp rank ", peer_, ", which sent ",
+                                      detail::shape_text(*shape_)));
+  }
   Group pp_, tp_;
   int peer_;
   bool variable_;
-  std::optional<ActShape> shape_;
+  std::optional<ActShape> expected_, shape_;
   std::array<std::int64_t, 3> wire_{};
   typename B::template matrix<T> buf_;
   Request shape_req_, block_req_;
@@ -217,7 +246,7 @@ void send(Group pp, const Sharded<T, L, B>& x, int peer, const ActShape& shape, 
   send_async(pp, x, peer, shape, o).wait();
 }
 /// Blocking receive of X[L] from `peer`, rebuilt on `tp` (`expected` is required without
-/// variable lengths and ignored with them).
+/// variable lengths; with them, compared with the shape that arrives when given).
 template <class T, class L, class B = CpuBackend>
 Sharded<T, L, B> recv(Group pp, Group tp, int peer, std::optional<ActShape> expected, const P2POptions& o = {}) {
   return Inbound<T, L, B>(std::move(pp), std::move(tp), peer, expected, o).recv_now();
@@ -232,7 +261,8 @@ struct Exchanged {
 /// Megatron-LM's _communicate on the pp group: send `to_prev` / `to_next` (null: nothing) and
 /// receive from prev / next (`recv_prev`, `recv_next`), prev = pp rank − 1 and next = pp rank + 1
 /// (`wrap`: round the ring, as the interleaved schedule's stages go). `expected` is the shape of
-/// what is received without variable lengths. Batched or ring exchange: see the top of the file.
+/// what is received without variable lengths (with them, it only gives the seq of the shapes sent:
+/// what arrives is not compared). Batched or ring exchange: see the top of the file.
 /// Every rank must make the matching call (what one sends next, the next receives from prev).
 template <class T, class L, class B>
 Exchanged<Sharded<T, L, B>> communicate(Group pp, const Group& tp, const Sharded<T, L, B>* to_prev,
@@ -255,8 +285,9 @@ Exchanged<Sharded<T, L, B>> communicate(Group pp, const Group& tp, const Sharded
   Exchanged<X> out;
   if (!o.ring_exchange) {  // batched: receives first, then sends, then wait for all
     std::optional<Inbound<T, L, B>> in_prev, in_next;
-    if (recv_prev) in_prev.emplace(pp, tp, prev, expected, o), in_prev->post();
-    if (recv_next) in_next.emplace(pp, tp, next, expected, o), in_next->post();
+    const std::optional<ActShape> want = o.variable_seq_lengths ? std::nullopt : std::optional(expected);
+    if (recv_prev) in_prev.emplace(pp, tp, prev, want, o), in_prev->post();
+    if (recv_next) in_next.emplace(pp, tp, next, want, o), in_next->post();
     std::optional<Outbound<T, B>> s_prev, s_next;
     if (to_prev) s_prev.emplace(send_async(pp, *to_prev, prev, shape_of(*to_prev, expected), o));
     if (to_next) s_next.emplace(send_async(pp, *to_next, next, shape_of(*to_next, expected), o));
@@ -271,7 +302,7 @@ Exchanged<Sharded<T, L, B>> communicate(Group pp, const Group& tp, const Sharded
   const auto shift = [&](const X* send_to, int to, bool want, int from, std::optional<X>& got) {
     std::optional<Outbound<T, B>> s;
     if (send_to) s.emplace(send_async(pp, *send_to, to, shape_of(*send_to, expected), o));
-    if (want) got.emplace(recv<T, L, B>(pp, tp, from, expected, o));
+    if (want) got.emplace(recv<T, L, B>(pp, tp, from, o.variable_seq_lengths ? std::nullopt : std::optional(expected), o));
     if (s) s->wait();
   };
   shift(to_next, next, recv_prev, prev, out.from_prev);

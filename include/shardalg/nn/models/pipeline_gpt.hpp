@@ -108,6 +108,8 @@ class PipelineGpt {
   [[nodiscard]] const Mesh& mesh() const { return mesh_; }
   [[nodiscard]] const std::vector<Chunk>& chunks() const { return chunks_; }
   [[nodiscard]] int chunk_count() const { return static_cast<int>(chunks_.size()); }
+  /// The micro-batches set_microbatches gave (the schedule's m must equal it).
+  [[nodiscard]] int microbatch_count() const { return static_cast<int>(mbs_.size()); }
 
   /// The dropout masks' seed: nn::Gpt's for optimizer step `step` (the same masks).
   void set_step(long step) {
