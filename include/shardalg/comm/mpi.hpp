@@ -41,16 +41,6 @@
 namespace shardalg {
 
 namespace detail {
-inline MPI_Datatype mpi_type(DType t) {
-  switch (t) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::f64: return MPI_DOUBLE;
-    case DType::i32: return MPI_INT32_T;
-    case DType::i64: return MPI_INT64_T;
-    default: break;
-  }
-  throw CommError(detail::cat("MpiComm: no MPI datatype for ", to_string(t)));
-}
 inline MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::max: return MPI_MAX;
@@ -282,7 +272,7 @@ class MpiComm {
   [[nodiscard]] Request isend(const void* buf, std::size_t n, DType t, int peer, const CallInfo& info) {
     if (!check_collectives()) return isend(buf, n, t, peer);
     detail::MessageRecord rec(t, n, info);
-    rec.seq = check_->p2p_sent[peer]++;
+    rec.seq = detail::next_p2p_seq(key(), peer);
     return Request(detail::MpiCheckedSend::start(*comm_, rank_, buf, count(n), detail::mpi_type(t), peer, rec));
   }
   [[nodiscard]] Request irecv(void* buf, std::size_t n, DType t, int peer, const CallInfo& info) {

@@ -34,7 +34,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,7 +48,6 @@ inline constexpr int mpi_check_tag = 23069;
 /// Per group (shared by an MpiComm's copies): the sequence count of checked collectives.
 struct MpiCheckState {
   std::uint64_t seq = 0;
-  std::map<int, std::uint64_t> p2p_sent;  // checked point to point: messages sent to each peer
 };
 
 /// Exchange `mine` with every rank of `comm` and compare (see the top of this file).

@@ -43,14 +43,39 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "shardalg/comm/collective_check.hpp"
 #include "shardalg/comm/p2p_check.hpp"
 
 namespace shardalg::detail {
+
+inline MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    default: break;
+  }
+  throw CommError(cat("MpiComm: no MPI datatype for ", to_string(t)));
+}
+
+/// The number of the next checked message from this process to `peer` on the communicator
+/// `comm_key` — counted per process, so that two MpiComm handles of one communicator never
+/// reuse a number (the receive takes the number from the header).
+inline std::uint64_t next_p2p_seq(std::uintptr_t comm_key, int peer) {
+  static std::mutex m;
+  static std::map<std::pair<std::uintptr_t, int>, std::uint64_t> sent;
+  std::lock_guard lk(m);
+  return sent[{comm_key, peer}]++;
+}
 
 /// The tag of the headers of checked point to point (reserved, as mpi_check_tag).
 inline constexpr int mpi_p2p_header_tag = 23070;
@@ -188,10 +213,20 @@ struct MpiCheckedRecv {
     return r;
   }
   [[nodiscard]] std::string what() const { return cat("recv of ", describe(*want), " from rank ", peer); }
-  // The header has arrived: compare, then post the data's receive.
+  // The header has arrived: compare, then post the data's receive. A message that does not
+  // match is still taken (into a scratch buffer, as the sender described it) and dropped, so
+  // that it can never land in a later receive.
   void header_arrived() {
-    if (std::string msg = message_mismatch("MpiComm", rank, peer, *want, *got); !msg.empty())
+    if (std::string msg = message_mismatch("MpiComm", rank, peer, *want, *got); !msg.empty()) {
+      const DType t = static_cast<DType>(got->dtype);
+      std::vector<char> scratch(static_cast<std::size_t>(got->count) * size_of(t));
+      data_posted = true;
+      mpi_p2p_check(MPI_Irecv(scratch.data(), static_cast<int>(got->count), mpi_type(t), peer,
+                              mpi_p2p_data_tag(got->seq), comm, &data),
+                    "MPI_Irecv");
+      mpi_wait_watched(data, true, rank, what());
       throw CollectiveMismatchError(std::move(msg));
+    }
     data_posted = true;
     mpi_p2p_check(MPI_Irecv(buf, n, type, peer, mpi_p2p_data_tag(got->seq), comm, &data), "MPI_Irecv");
   }
