@@ -195,8 +195,9 @@ TEST_CASE("verify::check_scalar: 0 against 0 agrees; NaN or ∞ on either side f
   CHECK_FALSE(off.pass);
   CHECK(off.err.max_abs == 1e-300);
   CHECK(std::isinf(off.err.max_rel));
-  for (const auto& [a, e] : {std::pair{nan, 0.0}, std::pair{0.0, nan}, std::pair{nan, nan}, std::pair{inf, inf},
-                             std::pair{inf, 1.0}, std::pair{1.0, -inf}}) {
+  for (const auto& ae : {std::pair{nan, 0.0}, std::pair{0.0, nan}, std::pair{nan, nan}, std::pair{inf, inf},
+                         std::pair{inf, 1.0}, std::pair{1.0, -inf}}) {
+    const double a = ae.first, e = ae.second;  // not a structured binding: Clang 14 cannot CAPTURE one
     const auto c = verify::check_scalar("loss", a, e, 1e-12);
     CAPTURE(a);
     CAPTURE(e);
