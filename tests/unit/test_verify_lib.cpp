@@ -184,6 +184,38 @@ TEST_CASE("verify::LayerCheck: padding past the dense twin must be exactly zero;
   CHECK(verify::tolerance_for<float>() == 1e-5);
 }
 
+TEST_CASE("verify::check_scalar: 0 against 0 agrees; NaN or ∞ on either side fails") {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const auto zero = verify::check_scalar("loss", 0.0, 0.0, 1e-12);  // a one-token vocabulary: loss 0, dense 0
+  CHECK(zero.pass);
+  CHECK(zero.err.max_abs == 0);
+  CHECK(zero.err.max_rel == 0);
+  CHECK(verify::check_scalar("loss", -0.0, 0.0, 0).pass);
+  const auto off = verify::check_scalar("loss", 1e-300, 0.0, 1e-12);  // anything but 0 against 0: ∞
+  CHECK_FALSE(off.pass);
+  CHECK(off.err.max_abs == 1e-300);
+  CHECK(std::isinf(off.err.max_rel));
+  for (const auto& ae : {std::pair{nan, 0.0}, std::pair{0.0, nan}, std::pair{nan, nan}, std::pair{inf, inf},
+                         std::pair{inf, 1.0}, std::pair{1.0, -inf}}) {
+    const double a = ae.first, e = ae.second;  // not a structured binding: Clang 14 cannot CAPTURE one
+    const auto c = verify::check_scalar("loss", a, e, 1e-12);
+    CAPTURE(a);
+    CAPTURE(e);
+    CHECK_FALSE(c.pass);
+    CHECK(std::isinf(c.err.max_rel));
+  }
+  CHECK(verify::relative_error(0, 0) == 0);
+  CHECK(verify::relative_error(0.5, 2) == 0.25);
+  CHECK(std::isinf(verify::relative_error(0.5, 0)));
+  CHECK(std::isinf(verify::relative_error(nan, 1)));
+  CHECK(std::isinf(verify::relative_error(0, nan)));
+  // A NaN error, however it got into a row, is its largest.
+  verify::LayerCheck row("head", 1e-12);
+  row.add(verify::check_scalar("loss", 1.0, 1.0, 1e-12));
+  row.add(verify::Check{"hand-made", {0, nan}, false});
+  CHECK(std::isinf(row.max_error()));
+}
+
 TEST_CASE("verify::layout_name and nbytes: read from the types") {
   std::string wn, wt, xn;
   std::size_t wb = 0, xb = 0;

@@ -166,7 +166,7 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
     }
     verify::Check ck{"every parameter after one ZeRO-1 step (vs Adam on one rank, whole model)", {}, false};
     ck.err.max_abs = std::sqrt(num);
-    ck.err.max_rel = all_there ? std::sqrt(num / den) : std::numeric_limits<double>::infinity();
+    ck.err.max_rel = all_there ? verify::relative_error(ck.err.max_abs, std::sqrt(den)) : std::numeric_limits<double>::infinity();
     ck.pass = all_there && ck.err.max_rel <= tol;
     row.checks.push_back(ck);
     // The moments: 2 values per padded slot value, 1/D of them on this rank.

@@ -12,7 +12,7 @@
 //     from the tensors themselves.
 //
 // Exit status: 0 when every check passes, 1 when one fails, 2 for a bad configuration (one line
-// on stderr naming the values), 3 for an internal error.
+// on stderr naming the values; also a --trace file whose write fails), 3 for an internal error.
 //
 //   shardalg-verify                          TP=2 on threads, a 2-layer GPT, double
 //   shardalg-verify --tp 4 --dtype float --json
@@ -29,6 +29,7 @@
 // (--explain), driver (ranks, progress, output), report_text / report_json, trace (--trace). The
 // reusable parts — checks against a dense twin, ledger tallies, timing, explain log — are library
 // headers: include/shardalg/verify/.
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <optional>
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
       if (o.pp < 1 || (size / o.dp) % o.pp != 0)
         throw ConfigError(shardalg::detail::cat("--dp ", o.dp, " × --pp ", o.pp, " does not divide the MPI process count ", size,
                                                 " (under mpirun the processes form a dp × pp × tp mesh)"));
-      if (tp_given && o.tp * o.dp * o.pp != size)
+      if (tp_given && std::int64_t{o.tp} * (o.dp * o.pp) != size)  // dp·pp divides size (above): < 2^62
         throw ConfigError(shardalg::detail::cat("--tp ", o.tp, " × --dp ", o.dp, (o.pp > 1 ? shardalg::detail::cat(" × --pp ", o.pp) : std::string()),
                                                 " differs from the MPI process count ", size,
                                                 " (under mpirun the TP size is the process count over --dp", (o.pp > 1 ? " and --pp" : ""), ")"));
@@ -101,6 +102,9 @@ int main(int argc, char** argv) {
   try {
     const int code = run(o, p, world ? &*world : nullptr, rank);
     return finish(code);
+  } catch (const ConfigError& e) {  // the --trace file could not be written (rank 0, after the report)
+    fmt::print(stderr, "shardalg-verify: error: {}\n", e.what());
+    return finish(2);
   } catch (const std::exception& e) {
     fmt::print(stderr, "shardalg-verify: internal error on rank {}: {}\n", rank, e.what());
 #if defined(SHARDALG_VERIFY_MPI)

@@ -4,7 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +17,7 @@
 #include "shardalg/nn/layers/sp_block.hpp"
 #include "shardalg/verify/check.hpp"
 #include "shardalg/version.hpp"
+#include "trace.hpp"
 
 namespace sv {
 
@@ -106,22 +107,6 @@ inline nn::GptConfig gpt_config(const Options& o, bool sp) {
   return gc;
 }
 
-/// --trace FILE must be writable before the run spends its time: its directory exists, and the
-/// file, if present, is a regular file. (Root may write anywhere; the run's own write still checks.)
-inline void check_trace_path(const std::string& path) {
-  namespace fs = std::filesystem;
-  if (path.empty()) return;
-  const fs::path p(path);
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    throw ConfigError(shardalg::detail::cat("--trace ", path, ": directory ", dir.string(), " does not exist"));
-  if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
-    throw ConfigError(shardalg::detail::cat("--trace ", path, ": not a regular file"));
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw ConfigError(shardalg::detail::cat("--trace ", path, ": directory ", dir.string(), " is not writable"));
-}
-
 /// A configuration whose memory would exceed this machine is refused up front, with the estimate:
 /// per rank, the weights and gradients of the layer-by-layer run and of nn::Gpt (4 copies of the
 /// rank's parameters) and both runs' activations (nn::expected_activations), plus the dense
@@ -168,6 +153,15 @@ inline void validate(const Options& o, int p) {
     throw ConfigError(cat("--batch ", o.batch, " is not divisible by --dp ", o.dp, " (each replica takes batch/dp sequences)"));
   if (o.zero && o.dp < 2) throw ConfigError("--zero shards the optimizer over data-parallel replicas: it needs --dp 2 or more");
   positive("--pp", o.pp);
+  // The world is dp·pp·tp ranks (threads in this process, or processes under mpirun): an int.
+  constexpr std::int64_t kMaxRanks = std::numeric_limits<int>::max();
+  const std::int64_t dp_tp = std::int64_t{o.dp} * p;  // < 2^62; then · pp < 2^62 once dp·tp ≤ 2^31 − 1
+  if (dp_tp > kMaxRanks || dp_tp * o.pp > kMaxRanks)
+    throw ConfigError(cat("--dp ", o.dp, " × --pp ", o.pp, " × --tp ", p, " is more than ", kMaxRanks, " ranks"));
+  if (o.microbatches < 0) throw ConfigError(cat("--microbatches ", o.microbatches, " must not be negative"));
+  if (o.pp > 1 && o.microbatches == 0)  // parse_options() sets batch/dp, unless that is past an int
+    throw ConfigError(cat("--pp ", o.pp, ": the ", o.batch / o.dp, " sequences of a replica (--batch / --dp) are more than ",
+                          std::numeric_limits<int>::max(), " micro-batches; pass --microbatches"));
   if (o.pp > 1 || o.microbatches > 0) {
     const Index m = o.microbatches > 0 ? o.microbatches : o.batch / o.dp;
     if (o.zero) throw ConfigError("--zero is not combined with --pp (the pipeline run computes gradients only)");
@@ -197,7 +191,7 @@ inline void validate(const Options& o, int p) {
   const Index padded = nn::padded_vocab(o.vocab, o.vocab_divisor, p);
   nn::VocabParallelEmbedding<double>::check_padding("VocabParallelEmbedding", o.vocab, padded, p);
   if (o.sp) nn::SequenceParallelBlock<double>::check_tokens(o.tokens(), p);
-  check_trace_path(o.trace);
+  check_trace_writable(o.trace);
   check_memory(o, p, o.dp * o.pp);
 }
 

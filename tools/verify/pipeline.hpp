@@ -167,7 +167,7 @@ void run_pp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
     } else {
       ck.err.max_abs = (it->second - m).cwiseAbs().maxCoeff();
       const double scale = m.cwiseAbs().maxCoeff();  // a vanishing gradient (the key bias) against the model's
-      ck.err.max_rel = ck.err.max_abs / (scale > 1e-9 * model_scale ? scale : model_scale);
+      ck.err.max_rel = verify::relative_error(ck.err.max_abs, scale > 1e-9 * model_scale ? scale : model_scale);  // 0/0: all zero, agree
     }
     ck.pass = ck.err.within(tol);
     row.checks.push_back(ck);

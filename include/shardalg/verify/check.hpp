@@ -57,11 +57,24 @@ struct Check {
   return c;
 }
 
-/// One number against its dense twin: |a − e| and |a − e| / |e|.
+/// An error relative to a scale, as compare() reports it: 0 when the difference is 0 (also on a
+/// zero scale: 0/0 is agreement), ∞ when the difference is NaN or the scale 0, else diff / scale.
+[[nodiscard]] inline double relative_error(double abs_diff, double scale) {
+  if (std::isnan(abs_diff) || std::isnan(scale)) return std::numeric_limits<double>::infinity();
+  if (abs_diff == 0) return 0.0;
+  return scale > 0 ? abs_diff / scale : std::numeric_limits<double>::infinity();
+}
+
+/// One number against its dense twin: |a − e| and |a − e| / |e|. Equal finite values pass (0 against
+/// 0 too); a NaN or ∞ on either side fails with error ∞ (as in compare()).
 [[nodiscard]] inline Check check_scalar(std::string name, double actual, double expected, double tol) {
   Check c{std::move(name), {}, false};
+  if (!std::isfinite(actual) || !std::isfinite(expected)) {
+    c.err.max_abs = c.err.max_rel = std::numeric_limits<double>::infinity();
+    return c;
+  }
   c.err.max_abs = std::abs(actual - expected);
-  c.err.max_rel = c.err.max_abs / std::abs(expected);
+  c.err.max_rel = relative_error(c.err.max_abs, std::abs(expected));
   c.pass = c.err.max_rel <= tol;
   return c;
 }
@@ -108,10 +121,10 @@ struct LayerCheck {
   [[nodiscard]] std::size_t failures() const {
     return static_cast<std::size_t>(std::count_if(checks.begin(), checks.end(), [](const Check& c) { return !c.pass; }));
   }
-  /// The largest relative error of the checks (0 for none).
+  /// The largest relative error of the checks (0 for none; a NaN one counts as ∞).
   [[nodiscard]] double max_error() const {
     double e = 0;
-    for (const auto& c : checks) e = std::max(e, c.err.max_rel);
+    for (const auto& c : checks) e = std::max(e, std::isnan(c.err.max_rel) ? std::numeric_limits<double>::infinity() : c.err.max_rel);
     return e;
   }
   /// The check to show for the layer: the first failing one with the largest error, else the
