@@ -351,6 +351,12 @@ TEST_CASE("checkpoint: version 1 (no hashes) is refused naming the file, also wi
   spit(ck / "tensors.bin", bin);
   CHECK(load_error(ck) == "checkpoint: " + (ck / "meta.json").string() +
                               ": version is 1, expected 2 (version 1 has no hashes; it is not loaded unverified)");
+  // A plain directory holding a version-2 save (a copy of the version) loads; "copy/" names it too.
+  save_trained(ck, small(1, 1), 2);
+  fs::copy(ck, d / "copy");  // follows the link: a plain directory with the two files
+  REQUIRE_FALSE(fs::is_symlink(d / "copy"));
+  CHECK(load_error(d / "copy").empty());
+  CHECK(load_error(d / "copy" / "").empty());
   fs::remove_all(d);
 }
 
