@@ -4,11 +4,14 @@
 // names the file, the entry and what differs.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -62,6 +65,9 @@ std::string load_error(const fs::path& ck, const nn::LoadOptions& o = {}) {
   }
   return "";
 }
+
+/// meta.json's hash set to match its (edited) content, as a writer that got a field wrong would.
+void restamp(nlohmann::json& meta) { meta["meta_fnv1a64"] = nn::detail::hex64(nn::detail::meta_hash(meta)); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -263,5 +269,191 @@ TEST_CASE("checkpoint: a writer killed at a random point leaves the old or the n
   MESSAGE("killed writers: " << old_seen << " left the old checkpoint, " << new_seen << " the new one (save takes "
                              << save_us / 1000 << " ms)");
   CHECK(old_seen + new_seen == 24);
+  fs::remove_all(d);
+}
+
+TEST_CASE("checkpoint: two ranks loading while a writer saves in a loop agree on one save, never a spurious error") {
+  const auto d = fresh_dir("race");
+  const auto ck = d / "ck";
+  save_trained(ck, small(1, 1), 2);
+  const auto first = nn::read_checkpoint_files(ck);  // no structured bindings: the writer captures these
+  const nlohmann::json& meta = first.first;
+  const nn::Masters& ta = first.second;
+  save_trained(ck, small(1, 2), 2);
+  const nn::Masters tb = nn::read_checkpoint_files(ck).second;
+  REQUIRE(ta.at("embedding") != tb.at("embedding"));
+  // Save i holds step i and the weights of seed 1 (i even) or seed 2 (i odd): a load that mixed
+  // two saves, or whose ranks read different ones, shows as a step/weights mismatch.
+  std::atomic<bool> stop{false};
+  std::atomic<int> saves{0};
+  std::string writer_error;
+  std::thread writer([&] {
+    try {
+      for (int i = 0; !stop; ++i) {
+        auto m = meta;
+        m["step"] = i;
+        nn::write_checkpoint_files(ck, m, i % 2 == 0 ? ta : tb);
+        saves = i + 1;
+      }
+    } catch (const std::exception& e) {
+      writer_error = e.what();
+    }
+  });
+  while (saves < 2) std::this_thread::yield();
+  int loads = 0, disagree = 0, mixed = 0;
+  std::vector<std::string> errors;
+  std::set<long> seen;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (loads < 400 && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1200)) {
+    ++loads;
+    long step[2] = {-1, -1};
+    bool weights_match[2] = {false, false};
+    try {
+      run_ranks(2, [&](ThreadComm& comm) {
+        nn::Adam<double> opt(adam_options());
+        auto model = nn::load_checkpoint<double>(ck, Group(comm), opt);
+        const auto emb = model.masters().at("embedding");
+        step[comm.rank()] = model.steps();
+        weights_match[comm.rank()] = emb == (model.steps() % 2 == 0 ? ta : tb).at("embedding");
+      });
+    } catch (const std::exception& e) {
+      errors.push_back(e.what());
+      continue;
+    }
+    disagree += step[0] != step[1];
+    mixed += !weights_match[0] || !weights_match[1];
+    seen.insert(step[0]);
+  }
+  stop = true;
+  writer.join();
+  MESSAGE(loads << " two-rank loads during " << saves.load() << " saves: " << seen.size() << " different saves read, "
+                << disagree << " with ranks on different saves, " << mixed << " with weights of another save, "
+                << errors.size() << " errors" << (errors.empty() ? "" : " (first: " + errors[0] + ")"));
+  CHECK(writer_error.empty());
+  CHECK(seen.size() >= 2);  // the writer did replace the checkpoint under the loads
+  CHECK(disagree == 0);
+  CHECK(mixed == 0);
+  CHECK(errors.empty());
+  fs::remove_all(d);
+}
+
+TEST_CASE("checkpoint: version 1 (no hashes) is refused naming the file, also with a tensor changed") {
+  const auto d = fresh_dir("v1");
+  const auto ck = d / "ck";
+  save_trained(ck, small(1, 1), 2);
+  std::string text = slurp(ck / "meta.json");
+  const auto pos = text.find("\"version\": 2");
+  REQUIRE(pos != std::string::npos);
+  text.replace(pos, 12, "\"version\": 1");
+  spit(ck / "meta.json", text);
+  std::string bin = slurp(ck / "tensors.bin");
+  bin[100] = static_cast<char>(bin[100] ^ 4);
+  spit(ck / "tensors.bin", bin);
+  CHECK(load_error(ck) == "checkpoint: " + (ck / "meta.json").string() +
+                              ": version is 1, expected 2 (version 1 has no hashes; it is not loaded unverified)");
+  // A plain directory holding a version-2 save (a copy of the version) loads; "copy/" names it too.
+  save_trained(ck, small(1, 1), 2);
+  fs::copy(ck, d / "copy");  // follows the link: a plain directory with the two files
+  REQUIRE_FALSE(fs::is_symlink(d / "copy"));
+  CHECK(load_error(d / "copy").empty());
+  CHECK(load_error(d / "copy" / "").empty());
+  fs::remove_all(d);
+}
+
+TEST_CASE("checkpoint: meta.json fields of a wrong type, missing, negative or huge are refused naming the key") {
+  const auto d = fresh_dir("fields");
+  const auto ck = d / "ck", two = d / "two";
+  save_trained(ck, small(1, 1), 2);
+  save_trained(two, small(2, 1), 1);
+  const auto meta_path = ck / "meta.json";
+  const nlohmann::json good = nlohmann::json::parse(slurp(meta_path));
+  const std::string good_text = slurp(meta_path), bin = (ck / "tensors.bin").string();
+  const std::string t0 = good.at("tensors")[0].at("name");  // the first tensor, its size in bytes
+  const auto b0 = good.at("tensors")[0].at("rows").get<std::uint64_t>() * good.at("tensors")[0].at("cols").get<std::uint64_t>() * 8;
+  const auto bytes = good.at("tensors_bin").at("bytes").get<std::uint64_t>();
+  struct Probe {
+    std::function<void(nlohmann::json&)> edit;
+    bool restamp;  // false: the field is read before the content hash is checked
+    std::string error;
+  };
+  using J = nlohmann::json;
+  const std::vector<Probe> probes = {
+      {[](J& m) { m["version"] = "2"; }, false, R"(version is "2", expected 2)"},
+      {[](J& m) { m["version"] = 2.0; }, false, R"(version is 2.0, expected 2)"},
+      {[](J& m) { m["version"] = 3; }, false, R"(version is 3, expected 2)"},
+      {[](J& m) { m.erase("version"); }, false, R"(version is missing, expected 2)"},
+      {[](J& m) { m["format"] = 7; }, false, R"(format is 7, expected "shardalg-gpt-checkpoint")"},
+      {[](J& m) { m.erase("meta_fnv1a64"); }, false, R"(meta_fnv1a64 is missing, expected 16 hexadecimal digits)"},
+      {[](J& m) { m["config"]["hidden"] = "32"; }, true, R"(config.hidden is "32", expected an integer >= 1)"},
+      {[](J& m) { m["config"]["hidden"] = -32; }, true, R"(config.hidden is -32, expected an integer >= 1)"},
+      {[](J& m) { m["config"]["layers"] = 1e300; }, true, R"(config.layers is 1e+300, expected an integer >= 1)"},
+      {[](J& m) { m["config"]["layers"] = 1.0; }, true, R"(config.layers is 1.0, expected an integer >= 1)"},
+      {[](J& m) { m["config"]["seed"] = -1; }, true, R"(config.seed is -1, expected an integer in [0, 18446744073709551615])"},
+      {[](J& m) { m["config"]["activation"] = "relu"; }, true,
+       R"(config.activation is "relu", expected one of "gelu_tanh", "gelu_erf", "swiglu")"},
+      {[](J& m) { m["config"]["norm"] = 3; }, true, R"(config.norm is 3, expected one of "layernorm", "rmsnorm")"},
+      {[](J& m) { m["config"]["bias"] = "yes"; }, true, R"(config.bias is "yes", expected true or false)"},
+      {[](J& m) { m["config"]["eps"] = nullptr; }, true, R"(config.eps is null, expected a finite number)"},
+      {[](J& m) { m["config"].erase("attn_dropout"); }, true, R"(config.attn_dropout is missing, expected a finite number)"},
+      {[](J& m) { m.erase("config"); }, true, R"(config is missing, expected an object)"},
+      {[](J& m) { m["step"] = -1; }, true, R"(step is -1, expected an integer >= 0)"},
+      {[](J& m) { m["step"] = 18446744073709551615ull; }, true, R"(step is 18446744073709551615, expected an integer >= 0)"},
+      {[](J& m) { m["step"] = 1e300; }, true, R"(step is 1e+300, expected an integer >= 0)"},
+      {[](J& m) { m["optimizer"]["kind"] = "rmsprop"; }, true, R"(optimizer.kind is "rmsprop", expected one of "adam", "sgd")"},
+      {[](J& m) { m["optimizer"]["step"] = "2"; }, true, R"(optimizer.step is "2", expected an integer >= 0)"},
+      {[](J& m) { m["tensors_bin"]["bytes"] = -8; }, true,
+       R"(tensors_bin.bytes is -8, expected an integer in [0, 18446744073709551615])"},
+      {[](J& m) { m["tensors"] = J::object(); }, true, R"(tensors is {}, expected an array)"},
+      {[](J& m) { m["tensors"][0]["rows"] = 1e18; }, true,
+       "tensors[0].rows is 1e+18, expected an integer in [0, " + std::to_string(bytes / 8) + "]"},
+      {[](J& m) { m["tensors"][0]["rows"] = 4611686018427387904ull; }, true,
+       "tensors[0].rows is 4611686018427387904, expected an integer in [0, " + std::to_string(bytes / 8) + "]"},
+      {[&](J& m) { m["tensors"][0]["rows"] = bytes / 8, m["tensors"][0]["cols"] = 2; }, true,
+       "tensor " + t0 + " is " + std::to_string(bytes / 8) + "x2 at byte 0, past the end of the " + std::to_string(bytes) +
+           " bytes of " + bin},
+      {[](J& m) { m["tensors"][1]["offset"] = 0; }, true,
+       "tensors[1].offset is 0, expected " + std::to_string(b0) + " (tensors are stored back to back)"},
+      {[](J& m) { m["tensors"][0]["fnv1a64"] = 123; }, true, R"(tensors[0].fnv1a64 is 123, expected 16 hexadecimal digits)"},
+      {[&](J& m) { m["tensors"][1]["name"] = t0; }, true,
+       "tensors[1].name is \"" + t0 + "\", expected a name no other tensor has"},
+      {[](J& m) { m["config"]["vocab"] = 1 << 30; }, true,
+       "config.vocab and hidden say 1073741824x32, tensor embedding is 256x32"},
+      {[](J& m) { m["config"]["layers"] = 3; }, true, "no tensor layers.2.mlp.w2 (config.ffn and hidden say 128x32)"},
+  };
+  for (const auto& p : probes) {
+    nlohmann::json m = good;
+    p.edit(m);
+    if (p.restamp) restamp(m);
+    spit(meta_path, m.dump(2));
+    CAPTURE(p.error);
+    CHECK(load_error(ck) == "checkpoint: " + meta_path.string() + ": " + p.error);
+  }
+  // Not a JSON object at all; and a 1-layer config over a 2-layer save's tensors.
+  spit(meta_path, "[1]");
+  CHECK(load_error(ck) == "checkpoint: " + meta_path.string() + ": the file is [1], expected a JSON object");
+  nlohmann::json m = nlohmann::json::parse(slurp(two / "meta.json"));
+  m["config"]["layers"] = 1;
+  restamp(m);
+  spit(two / "meta.json", m.dump(2));
+  CHECK(load_error(two) == "checkpoint: " + (two / "meta.json").string() +
+                               ": config.layers is 1, but tensor layers.1.attn.bk is stored");
+  spit(meta_path, good_text);
+  CHECK(load_error(ck).empty());
+  MESSAGE((probes.size() + 2) << " meta.json probes, each refused naming the key");
+  fs::remove_all(d);
+}
+
+TEST_CASE("checkpoint: attention dropout is saved, restored and checked against the model's") {
+  const auto d = fresh_dir("attn");
+  const auto ck = d / "ck";
+  auto c = small(1, 1);
+  c.attn_dropout = 0.25;
+  save_trained(ck, c, 1);
+  nn::Adam<double> opt(adam_options());
+  CHECK(nn::load_checkpoint<double>(ck, Group{SelfComm{}}, opt).config().attn_dropout == 0.25);
+  auto want = c;
+  want.attn_dropout = 0;
+  CHECK(load_error(ck, {.expect = want}) ==
+        "checkpoint: " + (ck / "meta.json").string() + ": config.attn_dropout is 0.25, the model expects 0.0");
   fs::remove_all(d);
 }

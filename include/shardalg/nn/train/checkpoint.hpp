@@ -20,13 +20,17 @@
 //
 //   nn::save_checkpoint(dir, model, optimizer);        collective: every rank calls; rank 0 writes
 //   auto m = nn::load_checkpoint<T>(dir, group, optimizer, sp);   any TP size, SP on or off
+//     (collective: the ranks of `group` read one save, the same, also while another process
+//     saves over `dir`: read_checkpoint_files(dir, group))
 //   auto m = nn::load_checkpoint<T>(dir, group, optimizer, {.expect = cfg, .optimizer_state = false});
 #pragma once
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -52,6 +56,7 @@ inline nlohmann::json to_json(const GptConfig& c) {
           {"bias", c.bias},
           {"eps", c.eps},
           {"dropout", c.dropout},
+          {"attn_dropout", c.attn_dropout},
           {"sp", c.sp},
           {"seed", c.seed},
           {"init_std", c.init_std},
@@ -60,29 +65,38 @@ inline nlohmann::json to_json(const GptConfig& c) {
           {"ignore_index", c.ignore_index}};
 }
 
-inline GptConfig gpt_config_from_json(const nlohmann::json& j) {
+/// The GptConfig of `j` (the object at key `prefix` of `r`'s file), every field typed and range
+/// checked (CheckpointError "checkpoint: <file>: config.hidden is -32, expected an integer >= 1").
+/// Sizes only bounded below here; Gpt::check refuses the combinations a model cannot have.
+inline GptConfig gpt_config_from_json(const nlohmann::json& j, const MetaReader& r, std::string_view prefix = "config") {
+  if (!j.is_object()) r.fail(std::string(prefix), &j, "an object");
   GptConfig c;
-  c.vocab = j.at("vocab");
-  c.hidden = j.at("hidden");
-  c.heads = j.at("heads");
-  c.groups = j.at("groups");
-  c.ffn = j.at("ffn");
-  c.layers = j.at("layers");
-  c.seq = j.at("seq");
-  c.batch = j.at("batch");
-  const std::string act = j.at("activation");
+  c.vocab = r.integer(j, prefix, "vocab", 1);
+  c.hidden = r.integer(j, prefix, "hidden", 1);
+  c.heads = r.integer(j, prefix, "heads", 1);
+  c.groups = r.integer(j, prefix, "groups", 0);
+  c.ffn = r.integer(j, prefix, "ffn", 0);
+  c.layers = r.integer(j, prefix, "layers", 1);
+  c.seq = r.integer(j, prefix, "seq", 1);
+  c.batch = r.integer(j, prefix, "batch", 1);
+  const std::string act = r.one_of(j, prefix, "activation", {"gelu_tanh", "gelu_erf", "swiglu"});
   c.activation = act == "gelu_tanh" ? Activation::gelu_tanh : act == "gelu_erf" ? Activation::gelu_erf : Activation::swiglu;
-  c.norm = j.at("norm") == "layernorm" ? NormKind::layer : NormKind::rms;
-  c.bias = j.at("bias");
-  c.eps = j.at("eps");
-  c.dropout = j.at("dropout");
-  c.sp = j.at("sp");
-  c.seed = j.at("seed");
-  c.init_std = j.at("init_std");
-  c.vocab_divisor = j.at("vocab_divisor");
-  c.label_smoothing = j.at("label_smoothing");
-  c.ignore_index = j.at("ignore_index");
+  c.norm = r.one_of(j, prefix, "norm", {"layernorm", "rmsnorm"}) == "layernorm" ? NormKind::layer : NormKind::rms;
+  c.bias = r.boolean(j, prefix, "bias");
+  c.eps = r.number(j, prefix, "eps");
+  c.dropout = r.number(j, prefix, "dropout");
+  c.attn_dropout = r.number(j, prefix, "attn_dropout");
+  c.sp = r.boolean(j, prefix, "sp");
+  c.seed = r.unsigned_integer(j, prefix, "seed");
+  c.init_std = r.number(j, prefix, "init_std");
+  c.vocab_divisor = r.integer(j, prefix, "vocab_divisor", 1);
+  c.label_smoothing = r.number(j, prefix, "label_smoothing");
+  c.ignore_index = r.integer(j, prefix, "ignore_index", std::numeric_limits<std::int64_t>::min());
   return c;
+}
+/// A GptConfig from JSON alone (the messages name it "GptConfig JSON").
+inline GptConfig gpt_config_from_json(const nlohmann::json& j) {
+  return gpt_config_from_json(j, MetaReader("GptConfig JSON"), "");
 }
 
 namespace detail {
@@ -132,11 +146,11 @@ inline void check_config(const std::filesystem::path& dir, const GptConfig& got,
   const nlohmann::json a = to_json(got), b = to_json(want);
   // What shapes the stored state or the computation it resumes; not the run's choices: SP (any
   // checkpoint loads with it on or off), batch, the loss options, init_std (weights are loaded),
-  // and the seed unless dropout draws from it.
+  // and the seed unless dropout (of either kind) draws from it.
   const std::vector<std::string> free = {"sp", "batch", "label_smoothing", "ignore_index", "init_std"};
   for (const auto& [k, v] : b.items()) {
     if (std::find(free.begin(), free.end(), k) != free.end()) continue;
-    if (k == "seed" && want.dropout == 0 && got.dropout == 0) continue;
+    if (k == "seed" && want.dropout == 0 && got.dropout == 0 && want.attn_dropout == 0 && got.attn_dropout == 0) continue;
     if (!a.contains(k) || a.at(k) != v)
       throw CheckpointError(shardalg::detail::cat("checkpoint: ", (dir / "meta.json").string(), ": config.", k, " is ",
                                                   a.contains(k) ? a.at(k).dump() : std::string("missing"),
@@ -155,46 +169,67 @@ struct LoadedState {
   bool restore_optimizer = false;
 };
 
-/// Read and check a checkpoint for an optimizer of kind `want` ("adam" or "sgd").
-inline LoadedState read_for_load(const std::filesystem::path& dir, const LoadOptions& options, const std::string& want) {
-  auto [meta, tensors] = read_checkpoint_files(dir);
-  const auto meta_path = (dir / "meta.json").string();
-  try {
-    LoadedState out;
-    out.cfg = gpt_config_from_json(meta.at("config"));
-    if (options.expect) check_config(dir, out.cfg, *options.expect);
-    if (options.sp) out.cfg.sp = *options.sp;
-    for (auto& [k, v] : tensors) {
-      if (k.rfind("optim.", 0) == 0) out.state.emplace(k.substr(6), std::move(v));
-      else out.weights.emplace(k, std::move(v));
-    }
-    out.model_step = meta.at("step").get<long>();
-    out.restore_optimizer = options.optimizer_state;
-    if (!options.optimizer_state) {
-      out.state.clear();
-      return out;
-    }
-    const auto& oj = meta.at("optimizer");
-    if (oj.at("kind") != want)
-      throw CheckpointError(shardalg::detail::cat("checkpoint: ", meta_path, ": optimizer state is ",
-                                                  oj.at("kind").get<std::string>(), ", loading into ", want));
-    out.optimizer_step = oj.at("step").get<long>();
-    // Every parameter has its state once the optimizer has stepped: a missing entry is an error,
-    // never a silently reset moment.
-    if (out.optimizer_step > 0) {
-      const std::vector<std::string> kinds =
-          want == "adam" ? std::vector<std::string>{"m.", "v."} : std::vector<std::string>{"momentum."};
-      for (const auto& [name, w] : out.weights)
-        for (const auto& k : kinds)
-          if (!out.state.count(k + name))
-            throw CheckpointError(shardalg::detail::cat(
-                "checkpoint: ", meta_path, ": optimizer state has no ", k, name, " (after ", out.optimizer_step,
-                " steps every parameter has one; load with optimizer_state = false to start the optimizer fresh)"));
-    }
-    return out;
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(shardalg::detail::cat("checkpoint: ", meta_path, ": ", e.what()));
+/// The sizes of `cfg` against the stored tensors they size, before a model of `cfg` is
+/// allocated: the embedding is vocab × hidden, the last layer's w2 is ffn × hidden and no layer
+/// past `layers` is stored. (A size the file does not hold is refused here, not allocated.)
+inline void check_sizes(const MetaReader& r, const GptConfig& cfg, const Masters& weights) {
+  using shardalg::detail::cat;
+  const auto shape = [&](const std::string& name, Index rows, Index cols, const std::string& fields) {
+    const auto it = weights.find(name);
+    if (it == weights.end())
+      throw CheckpointError(cat("checkpoint: ", r.file(), ": no tensor ", name, " (config.", fields, " say ", rows, "x",
+                                cols, ")"));
+    if (it->second.rows() != rows || it->second.cols() != cols)
+      throw CheckpointError(cat("checkpoint: ", r.file(), ": config.", fields, " say ", rows, "x", cols, ", tensor ",
+                                name, " is ", it->second.rows(), "x", it->second.cols()));
+  };
+  shape("embedding", cfg.vocab, cfg.hidden, "vocab and hidden");
+  shape(cat("layers.", cfg.layers - 1, ".mlp.w2"), cfg.ffn_size(), cfg.hidden, "ffn and hidden");
+  const auto past = weights.lower_bound(cat("layers.", cfg.layers, "."));
+  if (past != weights.end() && past->first.rfind(cat("layers.", cfg.layers, "."), 0) == 0)
+    throw CheckpointError(cat("checkpoint: ", r.file(), ": config.layers is ", cfg.layers, ", but tensor ", past->first,
+                              " is stored"));
+}
+
+/// Read and check a checkpoint for an optimizer of kind `want` ("adam" or "sgd"), on every rank
+/// of `g` (collective: every rank reads the same save; read_checkpoint_files).
+inline LoadedState read_for_load(const std::filesystem::path& dir, const Group& g, const LoadOptions& options,
+                                 const std::string& want) {
+  auto [meta, tensors] = read_checkpoint_files(dir, g);
+  const MetaReader r((dir / "meta.json").string());
+  LoadedState out;
+  out.cfg = gpt_config_from_json(r.object(meta, "", "config"), r);
+  if (options.expect) check_config(dir, out.cfg, *options.expect);
+  if (options.sp) out.cfg.sp = *options.sp;
+  for (auto& [k, v] : tensors) {
+    if (k.rfind("optim.", 0) == 0) out.state.emplace(k.substr(6), std::move(v));
+    else out.weights.emplace(k, std::move(v));
   }
+  check_sizes(r, out.cfg, out.weights);
+  out.model_step = r.integer(meta, "", "step");
+  out.restore_optimizer = options.optimizer_state;
+  if (!options.optimizer_state) {
+    out.state.clear();
+    return out;
+  }
+  const auto& oj = r.object(meta, "", "optimizer");
+  const std::string kind = r.one_of(oj, "optimizer", "kind", {"adam", "sgd"});
+  if (kind != want)
+    throw CheckpointError(shardalg::detail::cat("checkpoint: ", r.file(), ": optimizer state is ", kind, ", loading into ", want));
+  out.optimizer_step = r.integer(oj, "optimizer", "step");
+  // Every parameter has its state once the optimizer has stepped: a missing entry is an error,
+  // never a silently reset moment.
+  if (out.optimizer_step > 0) {
+    const std::vector<std::string> kinds =
+        want == "adam" ? std::vector<std::string>{"m.", "v."} : std::vector<std::string>{"momentum."};
+    for (const auto& [name, w] : out.weights)
+      for (const auto& k : kinds)
+        if (!out.state.count(k + name))
+          throw CheckpointError(shardalg::detail::cat(
+              "checkpoint: ", r.file(), ": optimizer state has no ", k, name, " (after ", out.optimizer_step,
+              " steps every parameter has one; load with optimizer_state = false to start the optimizer fresh)"));
+  }
+  return out;
 }
 }  // namespace detail
 
@@ -202,7 +237,7 @@ inline LoadedState read_for_load(const std::filesystem::path& dir, const LoadOpt
 /// saved). The optimizer's options are the caller's; its step count and state come from the file.
 template <Element T, class B = CpuBackend, class Opt>
 Gpt<T, B> load_checkpoint(const std::filesystem::path& dir, const Group& g, Opt& opt, const LoadOptions& options) {
-  auto in = detail::read_for_load(dir, options, Gpt<T, B>::template has_moments<Opt> ? "adam" : "sgd");
+  auto in = detail::read_for_load(dir, g, options, Gpt<T, B>::template has_moments<Opt> ? "adam" : "sgd");
   auto model = Gpt<T, B>::from_masters(in.cfg, in.weights, g);
   model.set_steps(in.model_step);
   if (!in.restore_optimizer) return model;

@@ -16,19 +16,28 @@
 // leaves `ck` naming either the old complete version or the new complete one; leftovers of a
 // crashed save (`ck.v*` not named by the link, `.ck.link-*`) are removed by the next save.
 //
-// Verification on read: the hash of meta.json's own content (meta_fnv1a64, over the JSON without
-// that field), the size and hash of tensors.bin as meta.json states them (so a meta.json beside
-// another run's tensors.bin is refused), and each tensor's hash. Every failure is a
-// CheckpointError naming the file, the entry and what differs. Version-1 checkpoints (a plain
-// directory, no hashes) are still read, unverified.
+// Verification on read: meta.json's fields, typed (nn/train/checkpoint_meta.hpp: a wrong type,
+// a missing key or a number out of range is a CheckpointError naming the file and the key), the
+// hash of its own content (meta_fnv1a64, over the JSON without that field), the size and hash of
+// tensors.bin as meta.json states them (so a meta.json beside another run's tensors.bin is
+// refused), the tensors stored back to back within it, and each tensor's hash. Every failure is a
+// CheckpointError naming the file, the entry and what differs. Only version 2 is read: version 1
+// (a plain directory, no hashes) is refused, not read unverified.
+//
+// Reading while another process saves: read_checkpoint_files(ck, group) resolves the link once
+// (rank 0), every rank opens that version's two files, and reads them; a version removed before
+// every rank had it open is retried with the one the link names then. Every rank reads one
+// complete save, the same one (see read_checkpoint_files).
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <string_view>
@@ -40,13 +49,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shardalg/comm/self.hpp"
 #include "shardalg/nn/models/gpt.hpp"
+#include "shardalg/nn/train/checkpoint_meta.hpp"
 
 namespace shardalg::nn {
-
-struct CheckpointError : Error {
-  using Error::Error;
-};
 
 namespace detail {
 using shardalg::detail::cat;
@@ -219,73 +226,197 @@ inline void write_checkpoint_files(const std::filesystem::path& ck_in, const nlo
   detail::remove_leftovers(ck, version);
 }
 
-/// Read meta.json and tensors.bin of checkpoint `ck`, verifying every hash (version 2).
-inline std::pair<nlohmann::json, Masters> read_checkpoint_files(const std::filesystem::path& ck) {
-  using detail::cat;
-  const auto meta_path = ck / "meta.json", bin_path = ck / "tensors.bin";
-  std::ifstream mf(meta_path);
-  if (!mf) throw CheckpointError(cat("checkpoint: cannot read ", meta_path.string()));
+namespace detail {
+/// The directory holding the files of the version `ck` names now: the target of its link,
+/// followed to the end (each hop relative to its link's directory), or `ck` itself when it is a
+/// directory (a copy). One readlink(2) per hop, each atomic: never a version being written.
+inline std::filesystem::path resolve_version(const std::filesystem::path& ck) {
+  namespace fs = std::filesystem;
+  fs::path p = ck;
+  for (int hop = 0; hop < 40; ++hop) {  // past 40 (a loop), opening p reports it
+    std::error_code ec;
+    const fs::path target = fs::read_symlink(p, ec);
+    if (ec) return p;  // not a link: a directory, or nothing (opening it reports which)
+    p = target.is_absolute() ? target : p.parent_path() / target;
+  }
+  return p;
+}
+
+/// The two files of one version, open. A save removes the previous version after switching the
+/// link, but an open file outlives its name, so what is read here stays that version's.
+struct OpenVersion {
+  std::string meta_text;  // meta.json, read whole when opened
+  std::ifstream bin;
+  std::uint64_t bin_bytes = 0;
+};
+
+/// Opens the files of version directory `dir` (messages name the user's path `ck`); "" when
+/// both are open, else the error.
+inline std::string open_version(const std::filesystem::path& dir, const std::filesystem::path& ck, OpenVersion& out) {
+  std::ifstream mf(dir / "meta.json", std::ios::binary);
+  if (!mf) return cat("checkpoint: cannot read ", (ck / "meta.json").string());
+  out.bin.open(dir / "tensors.bin", std::ios::binary | std::ios::ate);
+  if (!out.bin) return cat("checkpoint: cannot read ", (ck / "tensors.bin").string());
+  const auto end = out.bin.tellg();
+  out.bin.seekg(0);
+  if (end < 0 || !out.bin) return cat("checkpoint: cannot read ", (ck / "tensors.bin").string());
+  out.bin_bytes = static_cast<std::uint64_t>(end);
+  out.meta_text.assign(std::istreambuf_iterator<char>(mf), {});
+  if (mf.bad()) return cat("checkpoint: cannot read ", (ck / "meta.json").string());
+  return "";
+}
+
+/// Parses and verifies the open files of `ck`: meta.json's types, its own hash, the size and
+/// hash of tensors.bin, and every tensor's hash. Throws a CheckpointError naming the file.
+inline std::pair<nlohmann::json, Masters> read_version(OpenVersion& f, const std::filesystem::path& ck) {
+  const std::string meta_path = (ck / "meta.json").string(), bin_path = (ck / "tensors.bin").string();
   nlohmann::json meta;
   try {
-    meta = nlohmann::json::parse(mf);
+    meta = nlohmann::json::parse(f.meta_text);
   } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(cat("checkpoint: ", meta_path.string(), " is not valid JSON: ", e.what()));
+    throw CheckpointError(cat("checkpoint: ", meta_path, " is not valid JSON: ", e.what()));
   }
-  const int version = meta.is_object() ? meta.value("version", 0) : 0;
-  if (!meta.is_object() || meta.value("format", "") != "shardalg-gpt-checkpoint" || (version != 1 && version != 2))
-    throw CheckpointError(cat("checkpoint: ", meta_path.string(), " is not a version-1 or -2 shardalg GPT checkpoint"));
+  const MetaReader r(meta_path);
+  if (!meta.is_object()) r.fail("the file", &meta, "a JSON object");
+  // The format and version first: they say how the rest is read. Version 1 had no hashes and is
+  // refused rather than read unverified (an edited "version" must not switch the checks off).
+  const nlohmann::json& format = r.member(meta, "", "format", "\"shardalg-gpt-checkpoint\"");
+  if (format != "shardalg-gpt-checkpoint") r.fail("format", &format, "\"shardalg-gpt-checkpoint\"");
+  const nlohmann::json& version = r.member(meta, "", "version", "2");
+  if (!version.is_number_integer() || version != 2)
+    r.fail("version", &version,
+           version == 1 ? "2 (version 1 has no hashes; it is not loaded unverified)" : "2");
+  const std::string stored = r.hash(meta, "", "meta_fnv1a64");
+  const std::string computed = hex64(meta_hash(meta));
+  if (stored != computed)
+    throw CheckpointError(cat("checkpoint: ", meta_path, ": content hash ", computed, " differs from the stored ",
+                              stored, " (the file was changed after it was written)"));
+
+  const auto& bin_meta = r.object(meta, "", "tensors_bin");
+  const std::uint64_t want = r.unsigned_integer(bin_meta, "tensors_bin", "bytes");
+  const std::string want_hash = r.hash(bin_meta, "tensors_bin", "fnv1a64");
+  if (f.bin_bytes != want)
+    throw CheckpointError(cat("checkpoint: ", bin_path, " is ", f.bin_bytes, " bytes, ", meta_path, " expects ", want,
+                              " (the two files are not from one save)"));
+  Masters out;
+  std::vector<double> buf;
+  std::uint64_t offset = 0, file_hash = 0xcbf29ce484222325ull;
+  const auto& list = r.array(meta, "", "tensors");
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string at = cat("tensors[", i, "]");
+    if (!list[i].is_object()) r.fail(at, &list[i], "an object");
+    const auto& t = list[i];
+    const std::string name = r.string(t, at, "name");
+    if (out.count(name)) r.fail(at + ".name", &t.at("name"), "a name no other tensor has");
+    // Each dimension at most the file's size in doubles, and the tensor within what is left of it
+    // (rows · cols · 8 bytes computed only once it cannot overflow).
+    const auto limit = static_cast<std::int64_t>(std::min<std::uint64_t>(want / sizeof(double), MetaReader::int_max));
+    const std::int64_t rows = r.integer(t, at, "rows", 0, limit), cols = r.integer(t, at, "cols", 0, limit);
+    if (r.unsigned_integer(t, at, "offset") != offset)
+      r.fail(at + ".offset", &t.at("offset"), cat(offset, " (tensors are stored back to back)"));
+    const std::uint64_t left = (want - offset) / sizeof(double);
+    if (rows != 0 && static_cast<std::uint64_t>(cols) > left / static_cast<std::uint64_t>(rows))
+      throw CheckpointError(cat("checkpoint: ", meta_path, ": tensor ", name, " is ", rows, "x", cols, " at byte ",
+                                offset, ", past the end of the ", want, " bytes of ", bin_path));
+    const std::string tensor_hash = r.hash(t, at, "fnv1a64");
+    buf.resize(static_cast<std::size_t>(rows * cols));
+    const std::size_t n = buf.size() * sizeof(double);
+    f.bin.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(n));
+    if (!f.bin) throw CheckpointError(cat("checkpoint: ", bin_path, " is truncated at tensor ", name));
+    const std::string got = hex64(fnv1a64(buf.data(), n));
+    if (got != tensor_hash)
+      throw CheckpointError(cat("checkpoint: ", bin_path, ": tensor ", name, " has hash ", got, ", ", meta_path,
+                                " says ", tensor_hash, " (the data is corrupt)"));
+    file_hash = fnv1a64(buf.data(), n, file_hash);
+    offset += n;
+    Eigen::MatrixXd m(rows, cols);
+    for (Index rr = 0; rr < rows; ++rr)
+      for (Index c = 0; c < cols; ++c) m(rr, c) = buf[static_cast<std::size_t>(rr * cols + c)];
+    out.emplace(name, std::move(m));
+  }
+  if (offset != want)
+    throw CheckpointError(cat("checkpoint: ", meta_path, ": the tensors end at byte ", offset, ", ", bin_path, " has ",
+                              want, " (bytes no tensor covers)"));
+  if (hex64(file_hash) != want_hash)
+    throw CheckpointError(cat("checkpoint: ", bin_path, " has hash ", hex64(file_hash), ", ", meta_path, " says ", want_hash));
+  return {std::move(meta), std::move(out)};
+}
+
+/// Every rank of `g` learns the first error (lowest rank with a non-empty `error`; "" when none):
+/// one all-reduce, and two broadcasts when some rank failed.
+inline std::string first_error(Group& g, const std::string& error) {
+  std::int32_t first = error.empty() ? g.size() : g.rank();
+  g.all_reduce(&first, 1, ReduceOp::min);
+  if (first == g.size()) return "";
+  std::int64_t n = static_cast<std::int64_t>(error.size());
+  g.broadcast(&n, 1, first);
+  std::vector<std::int64_t> words(static_cast<std::size_t>(n + 7) / 8);
+  if (g.rank() == first) std::memcpy(words.data(), error.data(), error.size());
+  if (!words.empty()) g.broadcast(words.data(), words.size(), first);
+  return std::string(reinterpret_cast<const char*>(words.data()), static_cast<std::size_t>(n));
+}
+
+/// `s` on `root`, on every rank of `g`.
+inline std::string broadcast_string(Group& g, const std::string& s, int root) {
+  std::int64_t n = static_cast<std::int64_t>(s.size());
+  g.broadcast(&n, 1, root);
+  std::vector<std::int64_t> words(static_cast<std::size_t>(n + 7) / 8);
+  if (g.rank() == root) std::memcpy(words.data(), s.data(), s.size());
+  if (!words.empty()) g.broadcast(words.data(), words.size(), root);
+  return std::string(reinterpret_cast<const char*>(words.data()), static_cast<std::size_t>(n));
+}
+}  // namespace detail
+
+/// Read meta.json and tensors.bin of checkpoint `ck` on every rank of `group` (collective),
+/// verifying every hash. Every rank reads the same save, also while another process saves
+/// over `ck`:
+///   1. rank 0 resolves the link once (the version `ck` names at that instant) and broadcasts
+///      the version's path; every rank opens both of its files;
+///   2. if some rank could not (the writer removed that version after switching the link to a
+///      newer one), rank 0 resolves the link again: a different version → all retry with it;
+///      the same one → the files are missing, an error;
+///   3. once every rank holds both files open, removing the version does not change what they
+///      read (an unlinked file stays readable while open, POSIX), so each rank reads and
+///      verifies one complete version — never two halves of two saves.
+/// Every rank throws the same CheckpointError (the lowest failing rank's) or none.
+/// The guarantee needs POSIX unlink semantics on every reader; NFS gives them to the client that
+/// removes a file, not to other hosts (a reader there may fail with an error while reading a
+/// version removed under it, never load a wrong model).
+inline std::pair<nlohmann::json, Masters> read_checkpoint_files(const std::filesystem::path& ck_in, const Group& group) {
+  using detail::cat;
+  constexpr int max_attempts = 100;
+  Group g = group;
+  const std::filesystem::path ck = ck_in.has_filename() ? ck_in : ck_in.parent_path();  // "dir/" names "dir"
+  detail::OpenVersion files;
+  for (int attempt = 1;; ++attempt) {
+    const std::string version = detail::broadcast_string(g, g.rank() == 0 ? detail::resolve_version(ck).string() : "", 0);
+    files = detail::OpenVersion{};
+    const std::string error = detail::first_error(g, detail::open_version(version, ck, files));
+    if (error.empty()) break;
+    std::int32_t moved = g.rank() == 0 && detail::resolve_version(ck).string() != version;
+    g.broadcast(&moved, 1, 0);
+    if (!moved) throw CheckpointError(error);
+    if (attempt == max_attempts)
+      throw CheckpointError(cat("checkpoint: ", ck.string(), " was replaced ", max_attempts,
+                                " times while it was being opened (", error, ")"));
+  }
+  std::pair<nlohmann::json, Masters> out;
+  std::string error;
   try {
-    if (version == 2) {
-      const std::string stored = meta.at("meta_fnv1a64");
-      const std::string computed = detail::hex64(detail::meta_hash(meta));
-      if (stored != computed)
-        throw CheckpointError(cat("checkpoint: ", meta_path.string(), ": content hash ", computed,
-                                  " differs from the stored ", stored, " (the file was changed after it was written)"));
-    }
-    std::ifstream bin(bin_path, std::ios::binary);
-    if (!bin) throw CheckpointError(cat("checkpoint: cannot read ", bin_path.string()));
-    if (version == 2) {
-      std::error_code ec;
-      const auto size = std::filesystem::file_size(bin_path, ec);
-      const std::uint64_t want = meta.at("tensors_bin").at("bytes");
-      if (ec || size != want)
-        throw CheckpointError(cat("checkpoint: ", bin_path.string(), " is ", size, " bytes, ", meta_path.string(),
-                                  " expects ", want, " (the two files are not from one save)"));
-    }
-    Masters out;
-    std::vector<double> buf;
-    std::uint64_t file_hash = 0xcbf29ce484222325ull;
-    for (const auto& t : meta.at("tensors")) {
-      const std::string name = t.at("name");
-      const Index rows = t.at("rows"), cols = t.at("cols");
-      const std::uint64_t offset = t.at("offset");
-      if (rows < 0 || cols < 0)
-        throw CheckpointError(cat("checkpoint: ", meta_path.string(), ": tensor ", name, " has shape ", rows, "x", cols));
-      buf.resize(static_cast<std::size_t>(rows * cols));
-      const std::size_t n = buf.size() * sizeof(double);
-      bin.seekg(static_cast<std::streamoff>(offset));
-      bin.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(n));
-      if (!bin) throw CheckpointError(cat("checkpoint: ", bin_path.string(), " is truncated at tensor ", name));
-      if (version == 2) {
-        const std::string stored = t.at("fnv1a64");
-        const std::string computed = detail::hex64(detail::fnv1a64(buf.data(), n));
-        if (stored != computed)
-          throw CheckpointError(cat("checkpoint: ", bin_path.string(), ": tensor ", name, " has hash ", computed,
-                                    ", ", meta_path.string(), " says ", stored, " (the data is corrupt)"));
-        file_hash = detail::fnv1a64(buf.data(), n, file_hash);
-      }
-      Eigen::MatrixXd m(rows, cols);
-      for (Index r = 0; r < rows; ++r)
-        for (Index c = 0; c < cols; ++c) m(r, c) = buf[static_cast<std::size_t>(r * cols + c)];
-      out.emplace(name, std::move(m));
-    }
-    if (version == 2 && detail::hex64(file_hash) != meta.at("tensors_bin").at("fnv1a64").get<std::string>())
-      throw CheckpointError(cat("checkpoint: ", bin_path.string(), " has hash ", detail::hex64(file_hash), ", ",
-                                meta_path.string(), " says ", meta.at("tensors_bin").at("fnv1a64").get<std::string>()));
-    return {meta, std::move(out)};
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(cat("checkpoint: ", meta_path.string(), ": ", e.what()));
+    out = detail::read_version(files, ck);
+  } catch (const CheckpointError& e) {
+    error = e.what();
+  } catch (const std::exception& e) {  // e.g. bad_alloc: still one error on every rank, no rank left waiting
+    error = cat("checkpoint: reading ", ck.string(), ": ", e.what());
   }
+  error = detail::first_error(g, error);
+  if (!error.empty()) throw CheckpointError(error);
+  return out;
+}
+
+/// read_checkpoint_files on this process alone.
+inline std::pair<nlohmann::json, Masters> read_checkpoint_files(const std::filesystem::path& ck) {
+  return read_checkpoint_files(ck, Group{SelfComm{}});
 }
 
 }  // namespace shardalg::nn

@@ -38,7 +38,7 @@ void save_checkpoint(const std::filesystem::path& dir, DataParallelGpt<T, B>& mo
 template <Element T, class B = CpuBackend, class Opt>
 DataParallelGpt<T, B> load_checkpoint(const std::filesystem::path& dir, const Mesh& mesh, Opt& opt,
                                       const LoadOptions& options = {}, typename DataParallelGpt<T, B>::Options dpo = {}) {
-  auto in = detail::read_for_load(dir, options, detail::adam_like<Opt> ? "adam" : "sgd");
+  auto in = detail::read_for_load(dir, mesh.world(), options, detail::adam_like<Opt> ? "adam" : "sgd");
   auto model = DataParallelGpt<T, B>::init(in.cfg, mesh, dpo);
   model.load(in.weights);
   model.replica().set_steps(in.model_step);
