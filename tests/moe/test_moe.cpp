@@ -232,11 +232,13 @@ TEST_CASE("capacity: hand-computed C = ⌈cf·k·T/E⌉ clamped to [1, T], in th
       {0.75, 2, 16, 4, 6},        // ⌈6⌉
       {1.25, 1, 10, 4, 4},        // ⌈3.125⌉
       {0.3, 1, 7, 4, 1},          // ⌈0.525⌉
-      {2.0, 2, 4, 2, 4},          // ⌈4⌉ = T
+      {1.0, 2, 4, 2, 4},          // ⌈4⌉ = T
       {3.0, 2, 4, 2, 4},          // ⌈6⌉ > T: T
       {1e19, 2, 16, 4, 16},       // far past T (and past 2^63): T
       {1e300, 1, 8, 2, 8},        // T
-      {5e-324, 1, 8, 2, 1},       // ⌈2.5e-324⌉ = 1 (the product underflows to 0 in double)
+      {5e-324, 1, 8, 2, 1},       // ⌈2e-323⌉ = 1
+      {5e-324, 1, 8, 16, 1},      // ⌈2.5e-324⌉ = 1 (the quotient rounds to 0 in double)
+      {5e-324, 1, 2, 8, 1},       // ⌈1.2e-324⌉ = 1 (likewise)
       {1e-300, 2, 1000, 8, 1},    // 1
       {1.0, 1, 0, 2, 0},          // no token: nothing to keep
       {std::nullopt, 2, 16, 4, std::nullopt},  // dropless
@@ -261,10 +263,11 @@ TEST_CASE("capacity: hand-computed C = ⌈cf·k·T/E⌉ clamped to [1, T], in th
 }
 
 TEST_CASE("capacity: a huge factor drops nothing, a tiny one keeps each expert's first assignment (EP 1, 2)") {
-  // Every token prefers expert 0 (k = 1, E = 2, 8 tokens). cf 1e19 and 1e300: C = T, the output is
-  // the dropless one; cf 5e-324: C = 1, token 0 is processed and tokens 1…7 dropped.
+  // Every token prefers expert 0 (k = 1, E = 16, 8 tokens). cf 2e19 and 1e300: C = T, the output
+  // is the dropless one; cf 5e-324: C = 1 (cf·k·T/E rounds to 0 in double), token 0 is processed and
+  // tokens 1…7 dropped.
   Case c = named("all_to_expert0");
-  c.k = 1, c.experts = 2, c.tokens = 8, c.hidden = 4, c.ffn = 4, c.aux = 0;
+  c.k = 1, c.experts = 16, c.tokens = 8, c.hidden = 4, c.ffn = 4, c.aux = 0;
   auto rm = make_ref<double>(c, 11);
   rm.router = M::Zero(c.hidden, c.experts);
   rm.router(0, 0) = 5.0;
@@ -272,7 +275,7 @@ TEST_CASE("capacity: a huge factor drops nothing, a tiny one keeps each expert's
   x.col(0).array() = x.col(0).array().abs() + 1.0;
   const M expert0 = ref::mlp_forward(rm.experts[0], x).z;
   REQUIRE(expert0.rowwise().norm().minCoeff() > 0);  // a dropped token is told apart by its zero row
-  for (double cf : {1e19, 1e300, 5e-324}) {
+  for (double cf : {2e19, 1e300, 5e-324}) {
     c.cf = cf;
     for (int e : {1, 2}) {
       CAPTURE(cf);
@@ -304,18 +307,19 @@ TEST_CASE("counts exchange: a count is checked back to an integer; more assignme
   CHECK_THROWS_AS((void)nn::detail::checked_count(std::numeric_limits<double>::quiet_NaN(), 10, "assignment count"),
                   ShapeError);
   CHECK_THROWS_AS((void)nn::detail::checked_count(1e30, std::numeric_limits<Index>::max(), "assignment count"), ShapeError);
-  // float carries whole numbers exactly up to 2^24: 2^23 + 1 tokens × top-k 2 is one too many.
+  // float carries whole numbers exactly up to 2^24, and an expert's count of one rank's assignments
+  // is at most its tokens: 2^24 + 1 tokens on a rank are one too many.
   nn::MoeConfig cfg;
-  cfg.hidden = 1, cfg.experts = 2, cfg.top_k = 2, cfg.ffn = 1, cfg.bias = false;
-  const Index t = (Index{1} << 23) + 1;
+  cfg.hidden = 1, cfg.experts = 2, cfg.top_k = 1, cfg.ffn = 1, cfg.bias = false;
+  const Index t = (Index{1} << 24) + 1;
   CHECK_THROWS_WITH_AS(run_ranks(1,
                                  [&](ThreadComm& comm) {
                                    Mesh mesh(comm, {{"ep", 1}, {"etp", 1}});
                                    const auto layer = nn::Moe<float>::init(cfg, mesh, {});
                                    (void)layer.forward(nn::Moe<float>::Tokens(testing::Mat<float>::Zero(t, 1), t, 1, mesh));
                                  }),
-                       "Moe: 8388609 tokens × top-k 2 on one rank exceed 16777216 assignments, the most the counts "
-                       "exchange carries exactly in f32",
+                       "Moe: 16777217 tokens on one rank exceed 16777216, the largest count the counts exchange "
+                       "carries exactly in f32",
                        ShapeError);
 }
 

@@ -27,8 +27,8 @@
 // and the rest dropped — a dropped assignment contributes 0 to Y_t (the residual carries the
 // token) and gets no gradient. Deterministic and independent of EP. Dropped rows still travel
 // (zeros on the way back): the all-to-all counts do not depend on the capacity. The counts travel
-// as elements of T, so a rank may hold at most 2^digits(T) assignments (2^24 in float; ShapeError
-// before the exchange), and each comes back through a checked conversion.
+// as elements of T, so a rank may hold at most 2^digits(T) tokens (2^24 in float; ShapeError
+// before the exchange), and each count comes back through a checked conversion.
 //
 // Ledger per rank and layer (n_e: rows expert e processes, N: rows this rank's experts receive,
 // T_l: this rank's tokens): forward 1 all_gather of EP·2E, all_to_all of k·T_l·h (dispatch) and
@@ -241,11 +241,12 @@ class Moe {
   Forward forward(const Tokens& x) const {
     detail::require_cols("Moe", x.cols(), cfg_.hidden);
     const Index tl = x.local_rows(), k = cfg_.top_k, h = cfg_.hidden;
-    // The counts exchange sends each rank's k·T_l assignment counts as elements of T. Every ep rank
-    // holds T/EP tokens, so all of them refuse alike, before the exchange.
-    if (tl > detail::exact_count_limit<T>() / k)  // tl·k > limit, without the product
-      throw ShapeError(detail::cat("Moe: ", tl, " tokens × top-k ", k, " on one rank exceed ", detail::exact_count_limit<T>(),
-                                   " assignments, the most the counts exchange carries exactly in ", to_string(dtype_of<T>)));
+    // The counts exchange sends each expert's count of this rank's assignments (≤ T_l: a token picks
+    // an expert once) as an element of T. Every ep rank holds T/EP tokens, so all of them refuse
+    // alike, before the exchange.
+    if (tl > detail::exact_count_limit<T>())
+      throw ShapeError(detail::cat("Moe: ", tl, " tokens on one rank exceed ", detail::exact_count_limit<T>(),
+                                   ", the largest count the counts exchange carries exactly in ", to_string(dtype_of<T>)));
     auto lscope = scope("moe");
     const auto logits = matmul(x, wr_);  // X[ep:Row, etp:R] · Wr[ep:R, etp:R] → L[ep:Row, etp:R]
     Routing<T> r = router_.route(logits.local());
@@ -390,7 +391,7 @@ class Moe {
       mine(0, e + j) = ps[static_cast<std::size_t>(j)];
     }
     const auto all = all_gather(Sharded<T, RowSharded, B>(std::move(mine), p, 2 * e, ep_));  // C[ep:Row] → C[ep:R]
-    auto count = [&](int peer, Index j) { return detail::checked_count(all.local()(peer, j), tl * k, "assignment count"); };
+    auto count = [&](int peer, Index j) { return detail::checked_count(all.local()(peer, j), tl, "assignment count"); };
     Dispatch d;
     d.tokens = tokens;
     d.counts.assign(static_cast<std::size_t>(e), 0);
