@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <shardalg/shardalg.hpp>
 
@@ -97,6 +99,128 @@ TEST_CASE("mesh: bad meshes are MeshError naming the values") {
   });
   CHECK_THROWS_WITH_AS(Mesh(Group{}, {{"dp", 1}}),
                        "Mesh: the world is an empty Group (default-constructed, no communicator)", EmptyTensorError);
+}
+
+TEST_CASE("mesh: axis sizes whose product overflows are MeshError naming them, not a wrapped product") {
+  // 4·5·5581·8681·49477·384773 = 2^64 + 4: wrapped, it would equal the world size.
+  run_ranks(4, [](ThreadComm& comm) {
+    CHECK_THROWS_WITH_AS(Mesh(comm, {{"a", 4}, {"b", 5}, {"c", 5581}, {"d", 8681}, {"e", 49477}, {"f", 384773}}),
+                         "Mesh: axis sizes a=4 × b=5 × c=5581 × d=8681 × e=49477 × f=384773 multiply to more than "
+                         "9223372036854775807 (overflow), not the world size 4",
+                         MeshError);
+    // 2^64 exactly (wraps to 0), and 2^32 (no overflow: the product itself is named).
+    CHECK_THROWS_WITH_AS(Mesh(comm, {{"a", 65536}, {"b", 65536}, {"c", 65536}, {"d", 65536}}),
+                         "Mesh: axis sizes a=65536 × b=65536 × c=65536 × d=65536 multiply to more than "
+                         "9223372036854775807 (overflow), not the world size 4",
+                         MeshError);
+    CHECK_THROWS_WITH_AS(Mesh(comm, {{"a", 65536}, {"b", 65536}}),
+                         "Mesh: axis sizes a=65536 × b=65536 = 4294967296 do not match the world size 4", MeshError);
+  });
+}
+
+namespace {
+/// Rank r's axes in the disagreement cases: `odd` on the ranks listed, `axes` on the others.
+std::vector<AxisSpec> declared(int r, const std::vector<int>& odd_ranks, const std::vector<AxisSpec>& axes,
+                               const std::vector<AxisSpec>& odd) {
+  for (int o : odd_ranks)
+    if (o == r) return odd;
+  return axes;
+}
+}  // namespace
+
+TEST_CASE("mesh: ranks that declare different axes get the same MeshError on every rank (2 and 4 ranks)") {
+  struct Disagreement {
+    int world;
+    std::vector<int> odd_ranks;
+    std::vector<AxisSpec> axes, odd;
+    std::string what;
+  };
+  const std::vector<Disagreement> cases = {
+      {2, {1}, {{"dp", 2}, {"tp", 1}}, {{"dp", 1}, {"tp", 2}},
+       "Mesh: the ranks declare different meshes: rank 1 declares dp=1 × tp=2 but rank 0 declares dp=2 × tp=1 (1 of 2 "
+       "ranks differ from rank 0); every rank must build the Mesh with the same axes"},
+      {4, {2, 3}, {{"dp", 2}, {"tp", 2}}, {{"dp", 4}, {"tp", 1}},
+       "Mesh: the ranks declare different meshes: rank 2 declares dp=4 × tp=1 but rank 0 declares dp=2 × tp=2 (2 of 4 "
+       "ranks differ from rank 0); every rank must build the Mesh with the same axes"},
+      {4, {0}, {{"dp", 2}, {"tp", 2}}, {{"tp", 2}, {"dp", 2}},  // rank 0 is the odd one: every other rank differs
+       "Mesh: the ranks declare different meshes: rank 1 declares dp=2 × tp=2 but rank 0 declares tp=2 × dp=2 (3 of 4 "
+       "ranks differ from rank 0); every rank must build the Mesh with the same axes"},
+      {4, {3}, {{"dp", 2}, {"tp", 2}}, {{"dp", 4}},  // fewer axes: without the check, fewer splits (a hang)
+       "Mesh: the ranks declare different meshes: rank 3 declares dp=4 but rank 0 declares dp=2 × tp=2 (1 of 4 ranks "
+       "differ from rank 0); every rank must build the Mesh with the same axes"},
+      {4, {1}, {{"dp", 2}, {"tp", 2}}, {{"dp", 3}, {"tp", 1}},  // rank 1's mesh is bad on its own: it still takes part
+       "Mesh: the ranks declare different meshes: rank 1 declares dp=3 × tp=1 but rank 0 declares dp=2 × tp=2 (1 of 4 "
+       "ranks differ from rank 0); every rank must build the Mesh with the same axes"},
+      {2, {1}, {{"dp", 2}}, {}, 
+       "Mesh: the ranks declare different meshes: rank 1 declares no axes but rank 0 declares dp=2 (1 of 2 ranks "
+       "differ from rank 0); every rank must build the Mesh with the same axes"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.what);
+    std::atomic<int> threw{0};
+    run_ranks(c.world, [&](ThreadComm& comm) {
+      const auto axes = declared(comm.rank(), c.odd_ranks, c.axes, c.odd);
+      CHECK_THROWS_WITH_AS(Mesh(comm, axes), c.what.c_str(), MeshError);
+      ++threw;
+    });
+    CHECK(threw.load() == c.world);
+  }
+}
+
+namespace {
+/// ThreadComm that notes every collective called on it (kind, elements, verification or not);
+/// its splits are plain ThreadComms.
+struct Noting {
+  ThreadComm c;
+  std::vector<std::string>* log;
+  int rank() const { return c.rank(); }
+  int size() const { return c.size(); }
+  std::uintptr_t key() const { return c.key(); }
+  void note(const char* kind, std::size_t n, DType t, const CallInfo& i) {
+    log->push_back(detail::cat(kind, " ", n, " ", to_string(t), i.verification ? " verification" : ""));
+  }
+  void all_reduce(void* b, std::size_t n, DType t, ReduceOp op, const CallInfo& i = {}) {
+    note("all_reduce", n, t, i);
+    c.all_reduce(b, n, t, op, i);
+  }
+  void all_gather(const void* s, void* r, std::size_t n, DType t, const CallInfo& i = {}) {
+    note("all_gather", n, t, i);
+    c.all_gather(s, r, n, t, i);
+  }
+  void reduce_scatter(const void* s, void* r, std::size_t n, DType t, ReduceOp op, const CallInfo& i = {}) {
+    note("reduce_scatter", n, t, i);
+    c.reduce_scatter(s, r, n, t, op, i);
+  }
+  void all_to_all(const void* s, void* r, std::size_t n, DType t, const CallInfo& i = {}) {
+    note("all_to_all", n, t, i);
+    c.all_to_all(s, r, n, t, i);
+  }
+  void broadcast(void* b, std::size_t n, DType t, int root, const CallInfo& i = {}) {
+    note("broadcast", n, t, i);
+    c.broadcast(b, n, t, root, i);
+  }
+  void send(const void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) { c.send(b, n, t, peer, i); }
+  void recv(void* b, std::size_t n, DType t, int peer, const CallInfo& i = {}) { c.recv(b, n, t, peer, i); }
+  void barrier() { c.barrier(); }
+  ThreadComm split(int color, int key) { return c.split(color, key); }
+};
+}  // namespace
+
+TEST_CASE("mesh: the agreement check is one all-reduce of 2·P integers over the world, unledgered; none on one rank") {
+  for (int p : {2, 4}) {
+    CAPTURE(p);
+    run_ranks(p, [&](ThreadComm& comm) {
+      std::vector<std::string> log;
+      Ledger ledger;
+      Mesh mesh(ledgered(Group(Noting{comm, &log}), ledger), {{"dp", p / 2}, {"tp", 2}});
+      CHECK(log == std::vector<std::string>{detail::cat("all_reduce ", 2 * p, " i64 verification")});
+      CHECK(ledger.entries().empty());
+      CHECK(mesh.size("dp") == p / 2);
+    });
+  }
+  std::vector<std::string> log;
+  run_ranks(1, [&](ThreadComm& comm) { Mesh mesh(Group(Noting{comm, &log}), {{"dp", 1}}); });
+  CHECK(log.empty());
 }
 
 namespace {

@@ -96,7 +96,7 @@ ref::Moe make_ref(const Case& c, std::uint64_t seed) {
   }
   m.k = c.k;
   m.renormalize = c.renormalize;
-  m.capacity_factor = c.cf ? *c.cf : 0.0;
+  m.capacity_factor = c.cf;
   m.aux_coeff = c.aux;
   return m;
 }

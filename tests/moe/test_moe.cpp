@@ -5,7 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
+#include <optional>
 
 #include "moe_cases.hpp"
 #include "moe_gpt.hpp"
@@ -201,7 +203,7 @@ TEST_CASE("capacity: each expert keeps its first C assignments in global token o
   rm.router(0, 0) = 5.0;
   M x = testing::random_real<double>(c.tokens, c.hidden, 12);
   x.col(0).array() = x.col(0).array().abs() + 1.0;
-  CHECK(nn::MoeConfig(config(c)).capacity(c.tokens) == 2);
+  CHECK(nn::MoeConfig(config(c)).capacity(c.tokens) == Index{2});
   for (int e : {1, 2}) {
     const auto ys = testing::per_rank<M>(e, [&](const Group& g) {
       Mesh mesh(g, {{"ep", e}, {"etp", 1}});
@@ -216,6 +218,109 @@ TEST_CASE("capacity: each expert keeps its first C assignments in global token o
       else CHECK(ys[0].row(t).cwiseAbs().maxCoeff() == 0.0);
     }
   }
+}
+
+TEST_CASE("capacity: hand-computed C = ⌈cf·k·T/E⌉ clamped to [1, T], in the layer's config and in the dense twin") {
+  struct Row {
+    std::optional<double> cf;
+    Index k, tokens, experts;
+    std::optional<Index> c;  // worked out by hand
+  };
+  const std::vector<Row> rows = {
+      {0.5, 1, 8, 2, 2},          // ⌈2⌉
+      {1.0, 2, 16, 4, 8},         // ⌈8⌉
+      {0.75, 2, 16, 4, 6},        // ⌈6⌉
+      {1.25, 1, 10, 4, 4},        // ⌈3.125⌉
+      {0.3, 1, 7, 4, 1},          // ⌈0.525⌉
+      {1.0, 2, 4, 2, 4},          // ⌈4⌉ = T
+      {3.0, 2, 4, 2, 4},          // ⌈6⌉ > T: T
+      {1e19, 2, 16, 4, 16},       // far past T (and past 2^63): T
+      {1e300, 1, 8, 2, 8},        // T
+      {5e-324, 1, 8, 2, 1},       // ⌈2e-323⌉ = 1
+      {5e-324, 1, 8, 16, 1},      // ⌈2.5e-324⌉ = 1 (the quotient rounds to 0 in double)
+      {5e-324, 1, 2, 8, 1},       // ⌈1.2e-324⌉ = 1 (likewise)
+      {1e-300, 2, 1000, 8, 1},    // 1
+      {1.0, 1, 0, 2, 0},          // no token: nothing to keep
+      {std::nullopt, 2, 16, 4, std::nullopt},  // dropless
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.cf.value_or(-1));
+    CAPTURE(r.k);
+    CAPTURE(r.tokens);
+    CAPTURE(r.experts);
+    nn::MoeConfig cfg;
+    cfg.experts = r.experts, cfg.top_k = r.k, cfg.capacity_factor = r.cf;
+    CHECK(cfg.capacity(r.tokens) == r.c);
+    ref::Moe m;
+    m.experts.resize(static_cast<std::size_t>(r.experts));
+    m.k = r.k, m.capacity_factor = r.cf;
+    CHECK(ref::moe_capacity(m, r.tokens) == r.c);
+  }
+  nn::MoeConfig bad;
+  bad.experts = 4, bad.top_k = 1, bad.capacity_factor = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_WITH_AS((void)bad.capacity(8),
+                       "Moe: capacity factor inf must be positive and finite (leave it unset for dropless routing)", ShapeError);
+}
+
+TEST_CASE("capacity: a huge factor drops nothing, a tiny one keeps each expert's first assignment (EP 1, 2)") {
+  // Every token prefers expert 0 (k = 1, E = 16, 8 tokens). cf 2e19 and 1e300: C = T, the output
+  // is the dropless one; cf 5e-324: C = 1 (cf·k·T/E rounds to 0 in double), token 0 is processed and
+  // tokens 1…7 dropped.
+  Case c = named("all_to_expert0");
+  c.k = 1, c.experts = 16, c.tokens = 8, c.hidden = 4, c.ffn = 4, c.aux = 0;
+  auto rm = make_ref<double>(c, 11);
+  rm.router = M::Zero(c.hidden, c.experts);
+  rm.router(0, 0) = 5.0;
+  M x = testing::random_real<double>(c.tokens, c.hidden, 12);
+  x.col(0).array() = x.col(0).array().abs() + 1.0;
+  const M expert0 = ref::mlp_forward(rm.experts[0], x).z;
+  REQUIRE(expert0.rowwise().norm().minCoeff() > 0);  // a dropped token is told apart by its zero row
+  for (double cf : {2e19, 1e300, 5e-324}) {
+    c.cf = cf;
+    for (int e : {1, 2}) {
+      CAPTURE(cf);
+      CAPTURE(e);
+      const auto ys = testing::per_rank<M>(e, [&](const Group& g) {
+        Mesh mesh(g, {{"ep", e}, {"etp", 1}});
+        const auto layer = nn::Moe<double>::from_dense(config(c), masters_of(c, rm), mesh);
+        const auto X = shard<nn::Moe<double>::Tokens::axes>(testing::Mat<double>(x), mesh);
+        return M(to_dense(layer.forward(X).y));
+      });
+      const Index kept = cf < 1 ? 1 : c.tokens;
+      for (Index t = 0; t < c.tokens; ++t) {
+        CAPTURE(t);
+        if (t < kept) CHECK(compare(ys[0].row(t), expert0.row(t)).max_abs <= 1e-15);
+        else CHECK(ys[0].row(t).cwiseAbs().maxCoeff() == 0.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("counts exchange: a count is checked back to an integer; more assignments than T carries exactly are refused") {
+  CHECK(nn::detail::checked_count(7.0f, 10, "assignment count") == 7);
+  CHECK_THROWS_WITH_AS((void)nn::detail::checked_count(2.5f, 10, "assignment count"),
+                       "Moe: assignment count 2.5 is not a whole number in [0, 10]", ShapeError);
+  CHECK_THROWS_WITH_AS((void)nn::detail::checked_count(11.0, 10, "assignment count"),
+                       "Moe: assignment count 11 is not a whole number in [0, 10]", ShapeError);
+  CHECK_THROWS_WITH_AS((void)nn::detail::checked_count(-1.0, 10, "assignment count"),
+                       "Moe: assignment count -1 is not a whole number in [0, 10]", ShapeError);
+  CHECK_THROWS_AS((void)nn::detail::checked_count(std::numeric_limits<double>::quiet_NaN(), 10, "assignment count"),
+                  ShapeError);
+  CHECK_THROWS_AS((void)nn::detail::checked_count(1e30, std::numeric_limits<Index>::max(), "assignment count"), ShapeError);
+  // float carries whole numbers exactly up to 2^24, and an expert's count of one rank's assignments
+  // is at most its tokens: 2^24 + 1 tokens on a rank are one too many.
+  nn::MoeConfig cfg;
+  cfg.hidden = 1, cfg.experts = 2, cfg.top_k = 1, cfg.ffn = 1, cfg.bias = false;
+  const Index t = (Index{1} << 24) + 1;
+  CHECK_THROWS_WITH_AS(run_ranks(1,
+                                 [&](ThreadComm& comm) {
+                                   Mesh mesh(comm, {{"ep", 1}, {"etp", 1}});
+                                   const auto layer = nn::Moe<float>::init(cfg, mesh, {});
+                                   (void)layer.forward(nn::Moe<float>::Tokens(testing::Mat<float>::Zero(t, 1), t, 1, mesh));
+                                 }),
+                       "Moe: 16777217 tokens on one rank exceed 16777216, the largest count the counts exchange "
+                       "carries exactly in f32",
+                       ShapeError);
 }
 
 TEST_CASE("bad input: typed errors naming the values") {
@@ -238,10 +343,10 @@ TEST_CASE("bad input: typed errors naming the values") {
   cfg = config(cases()[0]);
   cfg.capacity_factor = 0.0;
   CHECK_THROWS_WITH_AS(on(2, [&](const Group& g) { build(g, 2, 1, cfg); }),
-                       "Moe: capacity factor 0 must be positive (leave it unset for dropless routing)", ShapeError);
+                       "Moe: capacity factor 0 must be positive and finite (leave it unset for dropless routing)", ShapeError);
   cfg.capacity_factor = -1.5;
   CHECK_THROWS_WITH_AS(on(1, [&](const Group& g) { build(g, 1, 1, cfg); }),
-                       "Moe: capacity factor -1.5 must be positive (leave it unset for dropless routing)", ShapeError);
+                       "Moe: capacity factor -1.5 must be positive and finite (leave it unset for dropless routing)", ShapeError);
   cfg = config(cases()[0]);
   cfg.ffn = 6;
   CHECK_THROWS_WITH_AS(on(4, [&](const Group& g) { build(g, 1, 4, cfg); }),

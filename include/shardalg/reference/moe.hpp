@@ -7,7 +7,8 @@
 //   e_t,s    = the k largest p_t,i (s = 0 the largest; ties: the lower expert index)
 //   w_t,s    = p_t,e / Σ_s' p_t,e_s'      (renormalised; without renormalisation w_t,s = p_t,e)
 //   kept     = dropless: every (t, s); capacity factor cf: per expert, the first
-//              C = ⌈cf · k · T / E⌉ assignments in token order (T: every token of the batch)
+//              C = ⌈cf · k · T / E⌉ assignments in token order (T: every token of the batch),
+//              C clamped to [1, T]; found as the least C ≥ 1 with C·E ≥ cf·k·T (moe_capacity)
 //   y_t      = Σ_s kept(t, s) · w_t,s · MLP_e_t,s(x_t)
 //   aux      = α · E · Σ_i f_i · P_i,   f_i = #{(t, s): e_t,s = i} / (k·T)  (before dropping),
 //                                        P_i = Σ_t p_t,i / T            (Switch Transformer)
@@ -20,6 +21,7 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "shardalg/reference/dense_layers.hpp"
@@ -31,7 +33,7 @@ struct Moe {
   std::vector<Mlp> experts;  // E MLPs on h
   Index k = 1;
   bool renormalize = true;
-  double capacity_factor = 0;  // 0: dropless
+  std::optional<double> capacity_factor;  // unset: dropless
   double aux_coeff = 0;        // α
 };
 
@@ -52,11 +54,21 @@ struct MoeGrads {
   std::vector<MlpGrads> experts;
 };
 
-/// The capacity of each expert for T tokens (0: unlimited).
-inline Index moe_capacity(const Moe& m, Index tokens) {
-  if (m.capacity_factor <= 0) return 0;
+/// The capacity of each expert for T tokens (nullopt: dropless): the least C in [1, T] with
+/// C·E ≥ cf·k·T, by bisection (T when none is: an expert takes at most one assignment per token).
+/// No floating value becomes an integer on the way; 0 for T = 0.
+inline std::optional<Index> moe_capacity(const Moe& m, Index tokens) {
+  if (!m.capacity_factor) return std::nullopt;
+  if (tokens == 0) return Index{0};
+  const double need = *m.capacity_factor * (static_cast<double>(m.k) * static_cast<double>(tokens));
   const double e = static_cast<double>(m.experts.size());
-  return static_cast<Index>(std::ceil(m.capacity_factor * static_cast<double>(m.k * tokens) / e));
+  Index lo = 1, hi = tokens;  // the answer lies in [lo, hi]
+  while (lo < hi) {
+    const Index mid = lo + (hi - lo) / 2;
+    if (static_cast<double>(mid) * e >= need) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
 }
 
 inline MoeOut moe_forward(const Moe& m, const M& x) {
@@ -88,13 +100,13 @@ inline MoeOut moe_forward(const Moe& m, const M& x) {
     o.pick[static_cast<std::size_t>(i)] = order;
   }
   // Capacity: walk the tokens in order; an expert takes assignments until it holds C.
-  const Index cap = moe_capacity(m, t);
+  const std::optional<Index> cap = moe_capacity(m, t);  // nullopt: dropless
   o.processed.assign(static_cast<std::size_t>(e), 0);
   o.kept.assign(static_cast<std::size_t>(t), std::vector<bool>(static_cast<std::size_t>(m.k), true));
   for (Index i = 0; i < t; ++i)
     for (Index q = 0; q < m.k; ++q) {
       auto& n = o.processed[static_cast<std::size_t>(o.pick[static_cast<std::size_t>(i)][static_cast<std::size_t>(q)])];
-      if (cap > 0 && n >= cap) o.kept[static_cast<std::size_t>(i)][static_cast<std::size_t>(q)] = false;
+      if (cap && n >= *cap) o.kept[static_cast<std::size_t>(i)][static_cast<std::size_t>(q)] = false;
       else ++n;
     }
   for (const auto& ex : m.experts) o.run.push_back(mlp_forward(ex, x));

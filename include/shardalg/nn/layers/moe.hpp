@@ -20,12 +20,15 @@
 //             router: dL (nn/layers/moe_router.hpp);  dX += dL · Wrᵀ;  dWr = Xᵀ[ep:C] · dL[ep:Row] → dWr[ep:Partial]
 //   reduce_grads: all_reduce<ep> dWr (h·E) → dWr[ep:R]: the gradient of every rank's tokens.
 //
-// Capacity (capacity_factor = cf; unset: dropless): each expert processes at most
-// C = ⌈cf · k · T / E⌉ assignments (T: the batch's tokens). Its rows arrive rank 0's first, each
-// rank's in token order, so the order is the global token order: the first C are kept and the rest
-// dropped — a dropped assignment contributes 0 to Y_t (the residual carries the token) and gets no
-// gradient. Deterministic and independent of EP. Dropped rows still travel (zeros on the way
-// back): the all-to-all counts do not depend on the capacity.
+// Capacity (capacity_factor = cf; unset: dropless, an explicit state, never C = 0): each expert
+// processes at most C = ⌈cf · k · T / E⌉ assignments, clamped to [1, T] (T: the batch's tokens; an
+// expert gets at most one assignment per token, so C = T drops nothing). Its rows arrive rank 0's
+// first, each rank's in token order, so the order is the global token order: the first C are kept
+// and the rest dropped — a dropped assignment contributes 0 to Y_t (the residual carries the
+// token) and gets no gradient. Deterministic and independent of EP. Dropped rows still travel
+// (zeros on the way back): the all-to-all counts do not depend on the capacity. The counts travel
+// as elements of T, so a rank may hold at most 2^digits(T) tokens (2^24 in float; ShapeError
+// before the exchange), and each count comes back through a checked conversion.
 //
 // Ledger per rank and layer (n_e: rows expert e processes, N: rows this rank's experts receive,
 // T_l: this rank's tokens): forward 1 all_gather of EP·2E, all_to_all of k·T_l·h (dispatch) and
@@ -34,8 +37,10 @@
 // all_to_allv as all_to_all with the elements this rank sends.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -87,12 +92,40 @@ struct MoeConfig {
 
   [[nodiscard]] RouterConfig router() const { return {experts, top_k, renormalize, aux_loss_coeff}; }
   [[nodiscard]] MlpConfig expert() const { return {hidden, ffn, act, bias}; }
-  /// C = ⌈cf · k · tokens / E⌉; 0 when dropless.
-  [[nodiscard]] Index capacity(Index tokens) const {
-    if (!capacity_factor) return 0;
-    return static_cast<Index>(std::ceil(*capacity_factor * static_cast<double>(top_k * tokens) / static_cast<double>(experts)));
+  /// Each expert's capacity for a batch of `tokens` tokens; nullopt when dropless (no factor).
+  /// C = ⌈cf · k · T / E⌉ (in double), clamped to [1, T]: a tiny factor still keeps each expert's
+  /// first assignment, and an expert takes at most one assignment per token, so a C above T would
+  /// drop nothing (T = 0: C = 0, nothing to keep). ShapeError for a factor that is not positive
+  /// and finite.
+  [[nodiscard]] std::optional<Index> capacity(Index tokens) const {
+    if (!capacity_factor) return std::nullopt;
+    const double cf = *capacity_factor;
+    if (!(cf > 0 && std::isfinite(cf)))
+      throw ShapeError(detail::cat("Moe: capacity factor ", cf,
+                                   " must be positive and finite (leave it unset for dropless routing)"));
+    if (tokens <= 0) return Index{0};
+    const double c = std::ceil(cf * (static_cast<double>(top_k) * static_cast<double>(tokens)) / static_cast<double>(experts));
+    if (!(c < static_cast<double>(tokens))) return tokens;     // ≥ T (or E = 0): the clamp, before any conversion
+    return std::clamp(static_cast<Index>(c), Index{1}, tokens);  // 0 ≤ c < T: in range
   }
 };
+
+namespace detail {
+/// The largest count an element of T carries exactly (2^24 for float, 2^53 for double).
+template <class T>
+constexpr Index exact_count_limit() {
+  return Index{1} << std::numeric_limits<T>::digits;
+}
+/// A count that travelled as an element of T, back as an Index: ShapeError unless it is a whole
+/// number in [0, bound].
+template <class T>
+Index checked_count(T v, Index bound, std::string_view what) {
+  const double d = static_cast<double>(v);
+  if (!(d >= 0 && d <= static_cast<double>(bound) && d == std::floor(d)))
+    throw ShapeError(cat("Moe: ", what, " ", d, " is not a whole number in [0, ", bound, "]"));
+  return static_cast<Index>(d);
+}
+}  // namespace detail
 
 /// Dense logical masters for Moe::from_dense: the router [h, E] and every expert's MLP (all E).
 template <class M>
@@ -151,8 +184,7 @@ class Moe {
     TopKRouter<T>::check(c.router());
     if (c.experts % ep_size != 0)
       throw DivisibilityError(cat("Moe: ", c.experts, " experts are not divisible by expert-parallel size ", ep_size));
-    if (c.capacity_factor && !(*c.capacity_factor > 0 && std::isfinite(*c.capacity_factor)))
-      throw ShapeError(cat("Moe: capacity factor ", *c.capacity_factor, " must be positive (leave it unset for dropless routing)"));
+    (void)c.capacity(1);  // the capacity factor's ShapeError
     Expert::check(c.expert(), etp_size);
   }
 
@@ -209,6 +241,12 @@ class Moe {
   Forward forward(const Tokens& x) const {
     detail::require_cols("Moe", x.cols(), cfg_.hidden);
     const Index tl = x.local_rows(), k = cfg_.top_k, h = cfg_.hidden;
+    // The counts exchange sends each expert's count of this rank's assignments (≤ T_l: a token picks
+    // an expert once) as an element of T. Every ep rank holds T/EP tokens, so all of them refuse
+    // alike, before the exchange.
+    if (tl > detail::exact_count_limit<T>())
+      throw ShapeError(detail::cat("Moe: ", tl, " tokens on one rank exceed ", detail::exact_count_limit<T>(),
+                                   ", the largest count the counts exchange carries exactly in ", to_string(dtype_of<T>)));
     auto lscope = scope("moe");
     const auto logits = matmul(x, wr_);  // X[ep:Row, etp:R] · Wr[ep:R, etp:R] → L[ep:Row, etp:R]
     Routing<T> r = router_.route(logits.local());
@@ -353,7 +391,7 @@ class Moe {
       mine(0, e + j) = ps[static_cast<std::size_t>(j)];
     }
     const auto all = all_gather(Sharded<T, RowSharded, B>(std::move(mine), p, 2 * e, ep_));  // C[ep:Row] → C[ep:R]
-    auto count = [&](int peer, Index j) { return static_cast<Index>(all.local()(peer, j)); };
+    auto count = [&](int peer, Index j) { return detail::checked_count(all.local()(peer, j), tl, "assignment count"); };
     Dispatch d;
     d.tokens = tokens;
     d.counts.assign(static_cast<std::size_t>(e), 0);
@@ -375,7 +413,7 @@ class Moe {
     for (int q = 0; q < p; ++q)
       for (Index j = me * el; j < (me + 1) * el; ++j) d.recv_rows[static_cast<std::size_t>(q)] += count(q, j);
     // The receive side: peer q's run holds its rows for this rank's experts, by expert then token.
-    const Index cap = cfg_.capacity(tokens);
+    const std::optional<Index> cap = cfg_.capacity(tokens);  // nullopt: dropless
     d.expert_rows.assign(static_cast<std::size_t>(el), {});
     Index base = 0;
     for (int q = 0; q < p; ++q) {
@@ -383,7 +421,7 @@ class Moe {
         const Index n = count(q, me * el + j);
         auto& rows = d.expert_rows[static_cast<std::size_t>(j)];
         for (Index i = 0; i < n; ++i)
-          if (cap == 0 || static_cast<Index>(rows.size()) < cap) rows.push_back(base + i);
+          if (!cap || static_cast<Index>(rows.size()) < *cap) rows.push_back(base + i);
         base += n;
       }
     }
