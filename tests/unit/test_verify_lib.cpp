@@ -236,3 +236,28 @@ TEST_CASE("verify::layout_name and nbytes: read from the types") {
   CHECK(wb == 3 * 2 * sizeof(double));  // 3 rows × 2 of the 4 columns
   CHECK(xb == 2 * 3 * sizeof(double));  // the whole X, and nothing for the empty optional
 }
+
+TEST_CASE("verify::gather_strings: every rank's string, any length (empty too), on the root only") {
+  for (int p : {1, 3, 4}) {
+    for (int root : {0, p - 1}) {
+      CAPTURE(p);
+      CAPTURE(root);
+      std::vector<std::vector<std::string>> got(static_cast<std::size_t>(p));
+      run_ranks(p, [&](ThreadComm& c) {
+        // rank r: 5·r characters 'a' + r (rank 0's is empty; lengths not multiples of 4)
+        const std::string mine(static_cast<std::size_t>(5 * c.rank()), static_cast<char>('a' + c.rank()));
+        got[static_cast<std::size_t>(c.rank())] = verify::gather_strings(Group(c), mine, root);
+      });
+      for (int r = 0; r < p; ++r) {
+        if (r != root) {
+          CHECK(got[static_cast<std::size_t>(r)].empty());
+          continue;
+        }
+        REQUIRE(got[static_cast<std::size_t>(r)].size() == static_cast<std::size_t>(p));
+        for (int q = 0; q < p; ++q)
+          CHECK(got[static_cast<std::size_t>(r)][static_cast<std::size_t>(q)] ==
+                std::string(static_cast<std::size_t>(5 * q), static_cast<char>('a' + q)));
+      }
+    }
+  }
+}

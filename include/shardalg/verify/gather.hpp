@@ -3,7 +3,10 @@
 // the run being verified stay exact.
 //
 // gather_doubles: rank r's vector v_r (the same length n on every rank) → [v_0 | v_1 | … ],
-// rank r's entry i at r·n + i. gather_strings: rank r's string s_r (any length) → {s_0, s_1, …}.
+// rank r's entry i at r·n + i. gather_strings: rank r's string s_r (any length) → {s_0, s_1, …}
+// on rank `root` (the others get an empty vector): the lengths are all-gathered (P integers), the
+// strings sent to the root point to point — the root holds Σ|s_r|, every other rank only its own
+// (an all-gather padded to the longest string would hold P·max|s_r| on every rank: P² growth).
 // Both are collectives: every rank of the group calls them, in the same order.
 #pragma once
 
@@ -27,18 +30,28 @@ inline constexpr CallInfo kVerification{"-", "-", true};
   return out;
 }
 
-[[nodiscard]] inline std::vector<std::string> gather_strings(Group g, const std::string& s) {
+[[nodiscard]] inline std::vector<std::string> gather_strings(Group g, const std::string& s, int root = 0) {
   std::int64_t len = static_cast<std::int64_t>(s.size());
   std::vector<std::int64_t> lens(static_cast<std::size_t>(g.size()));
   g.all_gather(&len, lens.data(), 1, kVerification);
-  const std::int64_t mx = *std::max_element(lens.begin(), lens.end());
-  const std::size_t words = static_cast<std::size_t>((mx + 3) / 4);  // sent as int32 words
-  std::vector<std::int32_t> mine(std::max<std::size_t>(words, 1), 0), all(mine.size() * lens.size());
-  std::memcpy(mine.data(), s.data(), s.size());
-  g.all_gather(mine.data(), all.data(), mine.size(), kVerification);
+  const auto words = [](std::int64_t n) { return static_cast<std::size_t>((n + 3) / 4); };  // as int32 words
   std::vector<std::string> out;
-  for (std::size_t r = 0; r < lens.size(); ++r)
-    out.emplace_back(reinterpret_cast<const char*>(all.data() + r * mine.size()), static_cast<std::size_t>(lens[r]));
+  if (g.rank() != root) {
+    std::vector<std::int32_t> mine(words(len), 0);
+    if (!s.empty()) std::memcpy(mine.data(), s.data(), s.size());
+    if (!mine.empty()) g.send(mine.data(), mine.size(), DType::i32, root, kVerification);
+    return out;
+  }
+  for (int r = 0; r < g.size(); ++r) {
+    const std::int64_t n = lens[static_cast<std::size_t>(r)];
+    if (r == root) {
+      out.push_back(s);
+      continue;
+    }
+    std::vector<std::int32_t> buf(words(n), 0);
+    if (!buf.empty()) g.recv(buf.data(), buf.size(), DType::i32, r, kVerification);
+    out.emplace_back(reinterpret_cast<const char*>(buf.data()), static_cast<std::size_t>(n));
+  }
   return out;
 }
 
