@@ -52,6 +52,8 @@ struct MessageRecord {
   [[nodiscard]] bool has_dims() const { return dims[0] >= 0 || dims[1] >= 0 || dims[2] >= 0; }
 };
 
+static_assert(sizeof(MessageRecord) == 72, "MpiComm sends the record as 72 bytes");
+
 /// "f64 × 128, layout R, shape (4, 2, 16)".
 inline std::string describe(const MessageRecord& m) {
   std::string s = cat(to_string(static_cast<DType>(m.dtype)), " × ", m.count);
