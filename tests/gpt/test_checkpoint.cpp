@@ -394,7 +394,7 @@ TEST_CASE("checkpoint: meta.json fields of a wrong type, missing, negative or hu
       {[](J& m) { m["config"]["norm"] = 3; }, true, R"(config.norm is 3, expected one of "layernorm", "rmsnorm")"},
       {[](J& m) { m["config"]["bias"] = "yes"; }, true, R"(config.bias is "yes", expected true or false)"},
       {[](J& m) { m["config"]["eps"] = nullptr; }, true, R"(config.eps is null, expected a finite number)"},
-      {[](J& m) { m["config"].erase("attn_dropout"); }, true, R"(config.attn_dropout is missing, expected a finite number)"},
+      {[](J& m) { m["config"]["attn_dropout"] = "0.1"; }, true, R"(config.attn_dropout is "0.1", expected a finite number)"},
       {[](J& m) { m.erase("config"); }, true, R"(config is missing, expected an object)"},
       {[](J& m) { m["step"] = -1; }, true, R"(step is -1, expected an integer >= 0)"},
       {[](J& m) { m["step"] = 18446744073709551615ull; }, true, R"(step is 18446744073709551615, expected an integer >= 0)"},
@@ -455,5 +455,14 @@ TEST_CASE("checkpoint: attention dropout is saved, restored and checked against 
   want.attn_dropout = 0;
   CHECK(load_error(ck, {.expect = want}) ==
         "checkpoint: " + (ck / "meta.json").string() + ": config.attn_dropout is 0.25, the model expects 0.0");
+  // A file from before attn_dropout was saved (no key): it restores 0, and a model that expects
+  // 0.25 refuses it by name.
+  nlohmann::json m = nlohmann::json::parse(slurp(ck / "meta.json"));
+  m["config"].erase("attn_dropout");
+  restamp(m);
+  spit(ck / "meta.json", m.dump(2));
+  CHECK(nn::load_checkpoint<double>(ck, Group{SelfComm{}}, opt).config().attn_dropout == 0.0);
+  CHECK(load_error(ck, {.expect = c}) ==
+        "checkpoint: " + (ck / "meta.json").string() + ": config.attn_dropout is 0.0, the model expects 0.25");
   fs::remove_all(d);
 }

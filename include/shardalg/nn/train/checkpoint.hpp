@@ -85,7 +85,9 @@ inline GptConfig gpt_config_from_json(const nlohmann::json& j, const MetaReader&
   c.bias = r.boolean(j, prefix, "bias");
   c.eps = r.number(j, prefix, "eps");
   c.dropout = r.number(j, prefix, "dropout");
-  c.attn_dropout = r.number(j, prefix, "attn_dropout");
+  // Files written before attn_dropout was saved restore 0, as those versions did (a model that
+  // expects another rate refuses them by name: check_config).
+  c.attn_dropout = j.contains("attn_dropout") ? r.number(j, prefix, "attn_dropout") : 0.0;
   c.sp = r.boolean(j, prefix, "sp");
   c.seed = r.unsigned_integer(j, prefix, "seed");
   c.init_std = r.number(j, prefix, "init_std");
