@@ -3,15 +3,16 @@
 ranks and pass only when the job ends by itself (within 50 s), with a non-zero exit, and its
 output holds exactly one line "shardalg: rank R: ..." equal to EXPECT and no std::terminate report.
 
-    expect_abort.py MPIEXEC NP EXE EXPECT
+    expect_abort.py MPIEXEC NP EXE EXPECT [MODE]      (MODE: EXE's first argument, if any)
 """
 import re
 import subprocess
 import sys
 
 mpiexec, np, exe, expect = sys.argv[1:5]
+mode = sys.argv[5:6]
 try:
-    p = subprocess.run([mpiexec, "-n", np, exe], capture_output=True, text=True, timeout=50)
+    p = subprocess.run([mpiexec, "-n", np, exe] + mode, capture_output=True, text=True, timeout=50)
 except subprocess.TimeoutExpired:
     sys.exit("the job did not end by itself within 50 s")
 out = p.stdout + "\n" + p.stderr
