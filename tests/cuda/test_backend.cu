@@ -106,8 +106,8 @@ TEST_CASE("CudaBackend::gemm: four transposition forms, strided views, alpha/bet
     auto ha = CpuBackend::view(A, ta), hb = CpuBackend::view(B, tb);
     va = ta ? va.slice_rows(2, m) : va.slice_cols(2, k);
     ha = ta ? ha.slice_rows(2, m) : ha.slice_cols(2, k);
-    vb = tb ? vb.slice_rows(1, n) : vb.slice_cols(1, n);
-    hb = tb ? hb.slice_rows(1, n) : hb.slice_cols(1, n);
+    vb = tb ? vb.slice_rows(1, k) : vb.slice_cols(1, n);  // B[k × n]: Bᵀ's view is (k + 3) × n
+    hb = tb ? hb.slice_rows(1, k) : hb.slice_cols(1, n);
     REQUIRE_EQ(va.rows, m);
     REQUIRE_EQ(va.cols, k);
     REQUIRE_EQ(vb.rows, k);

@@ -185,9 +185,13 @@ bool replicas_agree(const Sharded<T, L, B>& x) {
   const CallInfo info{"R", "R", true};
   auto root = x.local();
   g.broadcast(root.data(), static_cast<std::size_t>(root.size()), 0, info);
-  // The same bits: a NaN equals the same NaN (== would say no), −0 differs from +0.
+  // The same bits: a NaN equals the same NaN (== would say no), −0 differs from +0. Compared on
+  // the host: a device backend's blocks are device memory (B::to_host downloads; on the CPU it
+  // is the block itself, no copy).
   const auto bytes = static_cast<std::size_t>(root.size()) * sizeof(T);
-  std::int32_t differ = bytes == 0 || std::memcmp(root.data(), x.local().data(), bytes) == 0 ? 0 : 1;
+  const auto& a = B::to_host(root);
+  const auto& b = B::to_host(x.local());
+  std::int32_t differ = bytes == 0 || std::memcmp(a.data(), b.data(), bytes) == 0 ? 0 : 1;
   g.all_reduce(&differ, 1, ReduceOp::max, info);
   return differ == 0;
 }
