@@ -207,27 +207,18 @@ class BasicThreadComm {
     if (color < 0) throw CommError(detail::cat(Ops::name, "::split: color ", color, " is negative"));
     std::vector<std::int64_t> mine{color, key}, all(2 * static_cast<std::size_t>(size()));
     all_gather(mine.data(), all.data(), 2, DType::i64, CallInfo{"-", "-", true});
-    int leader = -1, sub_size = 0, sub_rank = 0;
-    for (int r = 0; r < size(); ++r) {
-      if (all[2 * r] != color) continue;
-      if (leader < 0) leader = r;
-      ++sub_size;
-      const std::int64_t k = all[2 * r + 1];
-      if (k < key || (k == key && r < rank_)) ++sub_rank;
-    }
+    // This color's ranks in (key, rank) order: sub rank i is members[i] here.
+    std::vector<int> members;
+    for (int r = 0; r < size(); ++r)
+      if (all[2 * r] == color) members.push_back(r);
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+    const int leader = *std::min_element(members.begin(), members.end());  // makes the sub-world
+    const int sub_size = static_cast<int>(members.size());
+    const int sub_rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
     if (leader == rank_) {
       auto sub = std::make_shared<detail::ThreadWorld>(sub_size, w_->name(), w_->release());
       sub->set_spin(w_->spins());  // the parent's threads share the cores: no spinning if they do not fit
-      std::vector<int> ranks_here(static_cast<std::size_t>(sub_size));  // sub rank → rank here
-      for (int r = 0; r < size(); ++r) {
-        if (all[2 * r] != color) continue;
-        int sr = 0;
-        for (int q = 0; q < size(); ++q)
-          if (all[2 * q] == color && (all[2 * q + 1] < all[2 * r + 1] || (all[2 * q + 1] == all[2 * r + 1] && q < r)))
-            ++sr;
-        ranks_here[static_cast<std::size_t>(sr)] = r;
-      }
-      w_->adopt(sub, ranks_here);
+      w_->adopt(sub, members);
       w_->split_slot_[rank_] = std::move(sub);
     }
     w_->barrier(rank_);
