@@ -1,6 +1,7 @@
 # check.cmake — run shardalg-verify once and check what it did (used by tools/CMakeLists.txt):
 #   -DEXE=<tool> -DARGS=<a|b|c> [-DLAUNCH=<mpirun|-np|2>] -DRC=<0|NONZERO>
-#   [-DSTDERR=<regex the whole stderr must match>] [-DJSON=ON: stdout parses and summary.pass is true]
+#   [-DSTDERR=<regex the whole stderr must match>] [-DSTDOUT=<regex stdout must contain>]
+#   [-DJSON=ON: stdout parses and summary.pass is true]
 #   [-DTRACE=<file>: a Chrome trace with events was written]
 string(REPLACE "|" ";" ARGS "${ARGS}")
 string(REPLACE "|" ";" LAUNCH "${LAUNCH}")
@@ -21,6 +22,9 @@ elseif(NOT rc EQUAL RC)
 endif()
 if(STDERR AND NOT err MATCHES "${STDERR}")
   message(FATAL_ERROR "stderr does not match '${STDERR}'")
+endif()
+if(STDOUT AND NOT out MATCHES "${STDOUT}")
+  message(FATAL_ERROR "stdout does not contain '${STDOUT}'")
 endif()
 if(JSON)
   string(JSON pass ERROR_VARIABLE jerr GET "${out}" summary pass)

@@ -215,7 +215,7 @@ def tp_block(w, X, C, bug, r, n):
     loss_local = (y * cs).sum() / (S * B * H)                      # / the GLOBAL numel
     d.act("loss", _all_reduce(loss_local))                         # value: sum over tp
     loss_local.backward()                                          # grads from the local part
-    if bug != "sp-norm-grad":      # Megatron's SP grad all-reduce (skipped: issue #1446)
+    if bug != "sp-norm-grad":      # Megatron's SP grad all-reduce (skipped: Megatron-LM #1446)
         for name in d.leaves:
             if name != P + "input" and shard_dim(name) is None:
                 dist.all_reduce(d.leaves[name].grad)

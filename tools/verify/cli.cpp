@@ -143,6 +143,7 @@ Parsed parse_options(int argc, char** argv) {
   app.add_flag("--json", o.json, "machine-readable output (JSON on stdout)");
   app.add_flag("--explain", o.explain, "print block 0's derivation as executed");
   app.add_option("--trace", o.trace, "write a Chrome-trace JSON of every rank's compute and collectives to FILE");
+  app.add_option("--dump", o.dump, "write DIR/rank<r>.safetensors, DIR/reference.safetensors (the dense twin) and DIR/map.json, for `compare`");
   app.add_flag("-v,--verbose", o.verbose, "print every check");
   app.add_option("--progress", o.progress, "progress line on stderr")->check(CLI::IsMember({"auto", "always", "never"}))->capture_default_str();
   auto fail = [&parsed](const std::string& what) {

@@ -21,6 +21,8 @@
 //   mpirun -np 2 shardalg-verify --backend mpi
 //   shardalg-verify --dp 2 --tp 2            a dp × tp mesh: DataParallelGpt on the global batch
 //   mpirun -np 4 shardalg-verify --backend mpi --dp 2 --zero
+//   shardalg-verify compare --ranks 'dump/rank*.safetensors' --reference dump/reference.safetensors --map map.json
+//                                            another framework's run, from its tensors (compare.cpp)
 //   shardalg-verify --pp 4 --schedule zb-h1 --trace t.json   a dp × pp × tp mesh: nn::PipelineGpt under a
 //                                            schedule; the trace draws the schedule, one row per rank
 //
@@ -33,10 +35,12 @@
 #include <cstdio>
 #include <exception>
 #include <optional>
+#include <string_view>
 
 #include <fmt/format.h>
 
 #include "cli.hpp"
+#include "compare.hpp"
 #include "driver.hpp"
 
 #if defined(SHARDALG_VERIFY_MPI)
@@ -47,6 +51,7 @@ using namespace sv;
 using shardalg::Group;
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "compare") return compare_main(argc - 1, argv + 1);
   const Parsed parsed = parse_options(argc, argv);
   if (parsed.exit_code) return *parsed.exit_code;
   const Options& o = parsed.options;

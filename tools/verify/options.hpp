@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <filesystem>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -48,6 +49,7 @@ struct Options {
   bool no_bias = false;
   bool json = false, explain = false, verbose = false;
   std::string trace;
+  std::string dump;                    // --dump DIR: safetensors of every rank, the dense twin and map.json (dump.hpp)
   std::string progress = "auto";
 
   [[nodiscard]] Index tokens() const { return batch * seq; }
@@ -192,6 +194,11 @@ inline void validate(const Options& o, int p) {
   nn::VocabParallelEmbedding<double>::check_padding("VocabParallelEmbedding", o.vocab, padded, p);
   if (o.sp) nn::SequenceParallelBlock<double>::check_tokens(o.tokens(), p);
   check_trace_writable(o.trace);
+  if (!o.dump.empty()) {
+    if (o.dp > 1 || o.pp > 1) throw ConfigError(cat("--dump writes a tensor-parallel run (and --sp); not one with --dp ", o.dp, " or --pp ", o.pp));
+    std::error_code ec;
+    if (!std::filesystem::is_directory(o.dump, ec)) throw ConfigError(cat("--dump ", o.dump, ": not a directory"));
+  }
   check_memory(o, p, o.dp * o.pp);
 }
 

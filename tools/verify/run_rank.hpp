@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "dump.hpp"
 #include "explain_block.hpp"
 #include "model.hpp"
 #include "options.hpp"
@@ -269,6 +270,40 @@ void run_rank(Group raw, const Options& o, const DenseModel& dm, RankResult* out
     if (root) hr.add(verify::check_scalar("mean loss", static_cast<double>(lf->mean), R->out.mean, tol));
     add(hr, "dlogits", *dlogits, [&] { return R->out.dlogits; });
     add(hr, "dx (into the final norm)", hg->dx, [&] { return R->dyf; });
+  }
+
+  // ---- --dump: every rank's blocks, the dense twin's tensors, the layout map (dump.hpp) ----------
+  if (!o.dump.empty()) {
+    say("--dump: writing " + o.dump, true);
+    Dumper dump(true, root, std::is_same_v<T, double>);
+    const DenseRun* R = dr ? &*dr : nullptr;
+    const bool glu = o.activation() == nn::Activation::swiglu, center = o.norm_kind() == nn::NormKind::layer;
+    dump.add("embedding.output", *x0, [&] { return R->out.x0; });
+    for (std::size_t l = 0; l < nlayers; ++l)
+      dump.add("decoder.layers." + std::to_string(l) + ".output", bf[l].y, [&] { return R->out.blocks[l].y; });
+    dump.add("final_layernorm.output", ff->y, [&] { return R->out.fn.y; });
+    dump.scalar("loss", static_cast<double>(lf->mean), R ? R->out.mean : 0.0);
+    // the gradients in the order the backward produces them
+    dump.add("final_layernorm.weight.grad", fgp->dgamma, [&] { return R->grads.fn.dgamma; });
+    if (center) dump.add("final_layernorm.bias.grad", *fgp->dbeta, [&] { return R->grads.fn.dbeta; });
+    for (std::size_t l = nlayers; l-- > 0;) {
+      const std::string at = "decoder.layers." + std::to_string(l) + ".";
+      const auto& gp = *bgp[l];
+      auto rg = [&]() -> const ref::BlockGrads& { return R->grads.blocks[l]; };
+      dump.add(at + "mlp.linear_fc2.weight.grad", gp.mlp.fc2.dw, [&] { return rg().mlp.dw2; });
+      if (!o.no_bias) dump.add(at + "mlp.linear_fc2.bias.grad", *gp.mlp.fc2.db, [&] { return rg().mlp.db2; });
+      if (!glu) dump.add(at + "mlp.linear_fc1.weight.grad", gp.mlp.fc1.dw, [&] { return rg().mlp.dw1; });
+      if (!glu && !o.no_bias) dump.add(at + "mlp.linear_fc1.bias.grad", *gp.mlp.fc1.db, [&] { return rg().mlp.db1; });
+      dump.add(at + "pre_mlp_layernorm.weight.grad", gp.ln2.dgamma, [&] { return rg().ln2.dgamma; });
+      if (center) dump.add(at + "pre_mlp_layernorm.bias.grad", *gp.ln2.dbeta, [&] { return rg().ln2.dbeta; });
+      dump.add(at + "self_attention.linear_proj.weight.grad", gp.attn.proj.dw, [&] { return rg().attn.dwo; });
+      if (!o.no_bias) dump.add(at + "self_attention.linear_proj.bias.grad", *gp.attn.proj.db, [&] { return rg().attn.dbo; });
+      dump.add(at + "input_layernorm.weight.grad", gp.ln1.dgamma, [&] { return rg().ln1.dgamma; });
+      if (center) dump.add(at + "input_layernorm.bias.grad", *gp.ln1.dbeta, [&] { return rg().ln1.dbeta; });
+      dump.add(at + "input.grad", *bdx[l], [&] { return rg().dx; });
+    }
+    dump.add("embedding.word_embeddings.weight.grad", *dE, [&] { return R->grads.demb; });
+    dump.write(o.dump, rank, p);
   }
 
   // ---- nn::Gpt, the model class, on the same masters: loss and every gradient ------------------
