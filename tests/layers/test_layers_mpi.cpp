@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "cases.hpp"
+#include "cp_cases.hpp"
 #include "shardalg/comm/mpi.hpp"
 
 namespace {
@@ -59,4 +60,22 @@ TEST_CASE_TEMPLATE("MPI: attention dropout (layer and block) equals the dense tw
     bc.attn_dropout = 0.2;
     expect<T>(case_block<T>(g, bc));
   }
+}
+
+TEST_CASE("MPI: context parallelism — ring and all-to-all attention equal causal attention on the whole sequence") {
+  Group g = world();
+  const int cp = g.size();
+  const cpt::Shape s{2, 4 * cp, 4, 4, 3};
+  for (bool overlap : {true, false}) {  // the receives posted before the compute, or waited first
+    const auto r = cpt::ring_case<double>(g, s, overlap);
+    CHECK(r.o < 1e-13);
+    CHECK(r.dq < 1e-12);
+    CHECK(r.dk < 1e-12);
+    CHECK(r.dv < 1e-12);
+    CHECK(r.blocks == 2 * cp + 1);
+  }
+  const auto u = cpt::ulysses_case<double>(g, s);
+  CHECK(u.r.o < 1e-13);
+  CHECK(u.r.dk < 1e-12);
+  CHECK(u.vs_ring < 1e-12);
 }
