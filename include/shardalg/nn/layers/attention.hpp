@@ -15,6 +15,12 @@
 // (AttnDropout in backend/cpu/kernels.hpp), so it is the same at every TP size; backward dV = (P ⊙ D)ᵀ·dO,
 // dP = (dO·Vᵀ) ⊙ D. Local, no communication; the cache keeps P, the mask is recomputed.
 //
+// Context parallelism (set_context_parallel(cp)): the rows are this rank's chunks of every
+// sequence (X[cp:Row], nn/layers/cp_tokens.hpp) and the core — softmax(causal(Q Kᵀ/√d)) V per
+// local head — runs over the cp group, by the ring (K/V blocks passed around, ring_attention.hpp)
+// or by all-to-all (heads for sequence, ulysses_attention.hpp); the projections are as above, on
+// the tp group, and see only their tokens. CPU backend; attention dropout is refused there.
+//
 // The fused QKV weight is column-parallel with Megatron's per-group layout: rank r's block is
 // `units` × [q heads of the group | k | v]. With g query groups on P ranks:
 //   g a multiple of P: each rank owns g/P groups and their heads/P query heads;
@@ -26,12 +32,16 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <optional>
+#include <type_traits>
 
 #include "shardalg/collective/all_reduce.hpp"
 #include "shardalg/comm/communicator.hpp"
 #include "shardalg/backend/cpu/kernels.hpp"
 #include "shardalg/nn/layers/linear.hpp"
+#include "shardalg/nn/layers/ring_attention.hpp"
+#include "shardalg/nn/layers/ulysses_attention.hpp"
 
 namespace shardalg::nn {
 
@@ -50,6 +60,9 @@ struct AttentionConfig {
   [[nodiscard]] Index num_groups() const { return groups == 0 ? heads : groups; }
   [[nodiscard]] Index head_dim() const { return hidden / heads; }
 };
+
+/// How attention runs over a context-parallel group.
+enum class CpAlgo { ring, all_to_all };
 
 /// The physical layout of the fused QKV weight on p ranks.
 struct QkvLayout {
@@ -92,11 +105,18 @@ class Attention {
   using Proj = RowParallelLinear<T, B>;
   using Input = Sharded<T, Replicated, B>;
 
+  /// What the context-parallel core keeps for the backward: Q, K, V (unpacked) and its forward.
+  struct CpCache {
+    typename RingAttention<T>::Mat q, k, v;
+    std::optional<typename RingAttention<T>::Forward> ring;
+    std::optional<typename UlyssesAttention<T>::Forward> a2a;
+  };
   struct Cache {
     typename Qkv::Cache qkv_in;
     Sharded<T, ColSharded, B> qkv;
     typename B::template matrix<T> probs;
     typename Proj::Cache proj;
+    std::shared_ptr<const CpCache> cp = nullptr;  // set under context parallelism (probs empty)
   };
   struct Forward {
     Input z;
@@ -206,6 +226,8 @@ class Attention {
   /// X[R] → Z[Partial]: everything but g and the output bias (added by proj().add_output_bias).
   PartialForward forward_partial(const Input& x) const {
     detail::require_cols("Attention", x.cols(), cfg_.hidden);
+    if constexpr (std::is_same_v<B, CpuBackend>)  // (set_context_parallel refuses the others)
+      if (cp_) return forward_partial_cp(x);
     if (x.rows() % cfg_.seq != 0)
       throw ShapeError(detail::cat("Attention: ", x.rows(), " rows are not a whole number of sequences of length ",
                                    cfg_.seq));
@@ -239,6 +261,19 @@ class Attention {
     qkv_.sgd(g.qkv, lr);
     proj_.sgd(g.proj, lr);
   }
+
+  /// Context parallelism over `cp` (see the file comment): every later forward takes this rank's
+  /// chunks of every sequence, in cp_tokens.hpp's order. Throws DivisibilityError when the
+  /// sequence does not split into 2·cp chunks; ShapeError with attention dropout.
+  void set_context_parallel(Group cp, CpAlgo algo = CpAlgo::ring, bool overlap = true) {
+    CpTokens::check(cfg_.seq, cp.size());
+    if (cfg_.dropout > 0.0)
+      throw ShapeError(detail::cat("Attention: attention dropout ", cfg_.dropout,
+                                   " with context parallelism is not implemented; set it to 0"));
+    if constexpr (!std::is_same_v<B, CpuBackend>) throw Error("Attention: context parallelism runs on the CPU backend only");
+    cp_.emplace(CpState{std::move(cp), algo, overlap});
+  }
+  [[nodiscard]] const Group* context_parallel_group() const { return cp_ ? &cp_->group : nullptr; }
 
   /// The attention-dropout seed (vary it per step, as the hidden dropout's: nn/layers/block.hpp).
   void set_dropout_seed(std::uint64_t seed) { cfg_.dropout_seed = seed; }
@@ -274,8 +309,74 @@ class Attention {
       return Kernels<B>::causal_attention(qkv, s);
     }
   }
+  struct CpState {
+    Group group;
+    CpAlgo algo;
+    bool overlap;
+  };
+  CpTokens cp_tokens(Index rows) const {
+    const int cp = cp_->group.size();
+    const Index per = 2 * (cfg_.seq / (2 * Index{cp}));  // rows of one sequence on one rank
+    if (rows % per != 0)
+      throw ShapeError(detail::cat("Attention: ", rows, " rows are not a whole number of sequences' chunks: ", per,
+                                   " rows per sequence on each of ", cp, " context-parallel ranks (sequence length ", cfg_.seq, ")"));
+    return {cfg_.seq, rows / per, cp, cp_->group.rank()};
+  }
+  RingAttentionConfig cp_config() const {
+    return {lay_.units() * lay_.q_per_unit(), lay_.units(), lay_.head_dim, cp_->overlap};
+  }
+  /// X[cp:Row] → Z[Partial] with the core over the cp group: QKV[C] unpacked to Q, K, V (units ×
+  /// [q heads | k | v] → Q | K | V), the ring or the all-to-all, O[C] in the local heads' order.
+  PartialForward forward_partial_cp(const Input& x) const {
+    using Mat = typename RingAttention<T>::Mat;
+    const CpTokens tok = cp_tokens(x.rows());
+    auto f1 = qkv_.forward(x);  // f; X[R] · Wqkv[C] → QKV[C]
+    const auto& qkv = f1.y.local();
+    const Index n = qkv.rows(), d = lay_.head_dim, qn = lay_.q_per_unit() * d, uw = lay_.unit_width(), u = lay_.units();
+    auto cc = std::make_shared<CpCache>();
+    cc->q = Mat(n, u * qn);
+    cc->k = Mat(n, u * d);
+    cc->v = Mat(n, u * d);
+    for (Index k = 0; k < u; ++k) {
+      cc->q.middleCols(k * qn, qn) = qkv.middleCols(k * uw, qn);
+      cc->k.middleCols(k * d, d) = qkv.middleCols(k * uw + qn, d);
+      cc->v.middleCols(k * d, d) = qkv.middleCols(k * uw + qn + d, d);
+    }
+    Group cpg = cp_->group;
+    Mat out;
+    if (cp_->algo == CpAlgo::ring) {
+      cc->ring = RingAttention<T>::forward(cpg, tok, cp_config(), cc->q, cc->k, cc->v);
+      out = cc->ring->o;
+    } else {
+      cc->a2a = UlyssesAttention<T>::forward(cpg, tok, cp_config(), cc->q, cc->k, cc->v);
+      out = cc->a2a->o;
+    }
+    Sharded<T, ColSharded, B> o(std::move(out), x.rows(), cfg_.hidden, x.group());
+    auto f2 = proj_.forward_partial(o);  // O[C] · Wo[Row] → Partial
+    return {std::move(f2.z), Cache{std::move(f1.cache), std::move(f1.y), {}, std::move(f2.cache), std::move(cc)}};
+  }
+  /// dO[C] → dQKV[C] through the cp core's backward (its messages on the cp group).
+  Sharded<T, ColSharded, B> attention_grad_cp(const Cache& c, const Sharded<T, ColSharded, B>& dout) const {
+    using Mat = typename RingAttention<T>::Mat;
+    const CpTokens tok = cp_tokens(dout.rows());
+    Group cpg = cp_->group;
+    const CpCache& cc = *c.cp;
+    const auto gr = cc.ring ? RingAttention<T>::backward(cpg, tok, cp_config(), cc.q, cc.k, cc.v, *cc.ring, dout.local())
+                            : UlyssesAttention<T>::backward(cpg, tok, cp_config(), *cc.a2a, dout.local());
+    const Index n = dout.rows(), d = lay_.head_dim, qn = lay_.q_per_unit() * d, uw = lay_.unit_width(), u = lay_.units();
+    Mat dqkv(n, u * uw);
+    for (Index k = 0; k < u; ++k) {
+      dqkv.middleCols(k * uw, qn) = gr.dq.middleCols(k * qn, qn);
+      dqkv.middleCols(k * uw + qn, d) = gr.dk.middleCols(k * d, d);
+      dqkv.middleCols(k * uw + qn + d, d) = gr.dv.middleCols(k * d, d);
+    }
+    return {std::move(dqkv), c.qkv.rows(), c.qkv.cols(), c.qkv.group()};
+  }
+
   /// dO[C] → dQKV[C]: the local heads' attention backward (no communication).
   Sharded<T, ColSharded, B> attention_grad(const Cache& c, const Sharded<T, ColSharded, B>& dout) const {
+    if constexpr (std::is_same_v<B, CpuBackend>)
+      if (c.cp) return attention_grad_cp(c, dout);
     const auto shape = attn_shape(dout.rows());
     const auto drop = dropout(dout.group());
     auto dqkv = [&] {
@@ -307,6 +408,7 @@ class Attention {
   Qkv qkv_;
   Proj proj_;
   Index row_base_ = 0;
+  std::optional<CpState> cp_;
 };
 
 }  // namespace shardalg::nn

@@ -117,6 +117,13 @@ class BlockParts {
     drop_mlp_.row_base = base;
     attn_.set_dropout_row_base(base);
   }
+  /// Context parallelism over `cp`: the rows are this rank's chunks of every sequence
+  /// (nn/layers/cp_tokens.hpp); attention runs over cp, the dropout masks are taken at the chunks'
+  /// global rows. Everything else in the block is token-wise and unchanged.
+  void set_context_parallel(const Group& cp, CpAlgo algo = CpAlgo::ring) {
+    attn_.set_context_parallel(cp, algo);
+    drop_attn_.cp = drop_mlp_.cp = Dropout::CpRows{cfg_.seq, cp.size(), cp.rank()};
+  }
   /// The dropout masks' seed (vary it per step: a mask is a function of (seed, tensor, index)).
   void set_dropout_seed(std::uint64_t seed) {
     cfg_.dropout_seed = seed;

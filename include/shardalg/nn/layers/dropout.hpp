@@ -6,12 +6,18 @@
 //   backward  dX = dY ⊙ mask / (1 − p), same layout; the mask is recomputed, nothing is stored
 //   forward_add(x, z) = x + forward(z): the residual add fused into the same pass
 //
+// Under context parallelism (`cp` set) a rank's rows are its two chunks of every sequence
+// (nn/layers/cp_tokens.hpp), not one run of global rows: the mask is applied run by run, each at
+// its global rows, so it is still the one-rank mask's rows.
+//
 // The sharded mask equals the dense mask for any layout and any world size, so Megatron's
 // "synchronised RNG state" for replicated regions and "different state per rank" for sharded
 // ones are both this one function. Vary `seed` per step (e.g. seed ⊕ step).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "shardalg/core/elementwise.hpp"
 #include "shardalg/core/sharded.hpp"
@@ -27,6 +33,12 @@ struct Dropout {
   /// Added to every global row index: a data-parallel replica's first token in the global batch,
   /// so the masks of DP replicas are the rows of the one-replica mask (nn/models/data_parallel.hpp).
   Index row_base = 0;
+  /// Context parallelism: the sequence length and this rank's place on the cp axis (cp_tokens.hpp).
+  struct CpRows {
+    Index seq;
+    int cp, rank;
+  };
+  std::optional<CpRows> cp;
 
   Dropout(double prob, std::uint64_t s, std::uint64_t t) : p(prob), seed(s), tensor(t) {
     if (!(p >= 0.0 && p < 1.0))
@@ -47,6 +59,7 @@ struct Dropout {
   Sharded<T, L, B> forward_add(const Sharded<T, L, B>& x, const Sharded<T, L, B>& z) const {
     const Group& g = shardalg::detail::same_shape_group(x, z, "add");
     auto e = explain_op(g, "add", dtype_of<T>, {note(x), " + ", note(z), " → ", note(x)});
+    if (cp && p != 0.0) return x + apply(z);  // run by run (below); the same values, two passes
     return Sharded<T, L, B>(Fused<B>::dropout_add(x.local(), z.local(), p, seed, tensor, row_base + z.row_offset(), z.col_offset()),
                             x.rows(), x.cols(), g);
   }
@@ -55,8 +68,23 @@ struct Dropout {
   template <class T, class L, class B>
   Sharded<T, L, B> apply(const Sharded<T, L, B>& x) const {
     if (p == 0.0) return x;
+    if (cp) return apply_runs(x);
     return Sharded<T, L, B>(Kernels<B>::dropout(x.local(), p, seed, tensor, row_base + x.row_offset(), x.col_offset()), x.rows(),
                             x.cols(), x.group());
+  }
+  /// This rank's rows [o, o + m) of its cp share, cut at the chunks' edges: each piece masked at
+  /// its global rows (row_base + sequence · seq + chunk · c + offset in the chunk).
+  template <class T, class L, class B>
+  Sharded<T, L, B> apply_runs(const Sharded<T, L, B>& x) const {
+    const Index c = cp->seq / (2 * Index{cp->cp}), o = x.row_offset(), m = x.local().rows(), w = x.local().cols();
+    auto out = x.local();
+    for (Index k = o / c; k * c < o + m; ++k) {  // run k: sequence k / 2, local chunk k % 2
+      const Index a = std::max(k * c, o), e = std::min((k + 1) * c, o + m);
+      const Index chunk = k % 2 == 0 ? cp->rank : 2 * Index{cp->cp} - 1 - cp->rank;
+      const Index g0 = row_base + (k / 2) * cp->seq + chunk * c + (a - k * c);
+      Kernels<B>::place(out, a - o, 0, Kernels<B>::dropout(B::copy_block(x.local(), a - o, 0, e - a, w), p, seed, tensor, g0, x.col_offset()));
+    }
+    return Sharded<T, L, B>(std::move(out), x.rows(), x.cols(), x.group());
   }
 };
 

@@ -36,9 +36,7 @@ struct UlyssesAttention {
     Mat o;  // [rows, Hq·d]: this rank's tokens, every head
     Cache cache;
   };
-  struct Grads {
-    Mat dq, dk, dv;
-  };
+  using Grads = typename RingAttention<T>::Grads;  // dQ, dK, dV: this rank's rows, every head
 
   static void check(Group& g, const CpTokens& tok, const RingAttentionConfig& c, const Mat& q, const Mat& k, const Mat& v) {
     RingAttention<T>::check(c, tok, q, k, v);

@@ -15,6 +15,13 @@
 //   nn::update(opt, info, W[tp:L], G[dp:Partial, tp:L])     compile error E130 (the forgotten sync)
 //   nn::update(opt, info, W[tp:L], all_reduce<dp>(G))       G[dp:R, tp:L]: the update every replica makes
 //
+// Context parallelism (a mesh dp × cp × tp, cp > 1): replica d's sequences are split again over
+// cp, each cp rank holding its two chunks of every sequence (nn/layers/cp_tokens.hpp), and the
+// replica's attention runs over cp (ring or all-to-all: Options::cp_algo). Outside attention a cp
+// rank is one more data-parallel rank: its gradient is a summand weighted by its counted targets,
+// G[dp:Partial, cp:Partial, tp:L], and both are reduced by one all_reduce per bucket over the
+// combined dp × cp group (the "dp" axis of the collectives below is that data group).
+//
 // Communication per step on dp: one all_reduce of one value (the loss); then one all_reduce per
 // gradient bucket (nn/optim/grad_buckets.hpp), or one reduce_scatter and one all_gather per bucket with
 // the sharded optimizer (nn/optim/sharded_adam.hpp), plus its gradient norm (one all_reduce of two values
@@ -55,6 +62,8 @@ class DataParallelGpt {
   struct Options {
     /// The most values one gradient bucket carries (0: one bucket per parameter).
     std::size_t bucket_elements = std::size_t{1} << 16;
+    /// How attention runs over the cp axis, when the mesh has one.
+    CpAlgo cp_algo = CpAlgo::ring;
   };
 
   /// `global.batch` is the whole batch; the mesh needs axes dp and tp (any other axis of size 1).
@@ -115,8 +124,8 @@ class DataParallelGpt {
   }
 
  private:
-  DataParallelGpt(const GptConfig& global, const Mesh& mesh, Model m, Options o)
-      : global_(global), mesh_(mesh), model_(std::move(m)), opt_(o) {}
+  DataParallelGpt(const GptConfig& global, const Mesh& mesh, Model m, Options o, Group data)
+      : global_(global), mesh_(mesh), model_(std::move(m)), opt_(o), data_(std::move(data)) {}
 
   T run(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward);
 
@@ -127,7 +136,7 @@ class DataParallelGpt {
   void ensure_plan() {
     if (!plan_.slots.empty()) return;
     plan_.bucket_elements = opt_.bucket_elements;
-    plan_.pad_to = mesh_.size("dp");
+    plan_.pad_to = data_.size();
     model_.visit_params([&](const ParamInfo& info, const TensorMap&, auto& w) { plan_.add(slot_of(info, w)); });
   }
   void require_grads() const {
@@ -141,6 +150,7 @@ class DataParallelGpt {
   Mesh mesh_;
   Model model_;
   Options opt_;
+  Group data_;  // the data group: dp, or dp × cp (see the file comment)
   BucketPlan plan_;
   T weight_ = T(1);
   bool reduced_ = false;  // the replica's gradients hold G[dp:R] (reduce_gradients)
@@ -153,14 +163,23 @@ DataParallelGpt<T, B> DataParallelGpt<T, B>::init(const GptConfig& global, const
     if (!mesh.has("dp") || !mesh.has("tp"))
       throw MeshError(cat("DataParallelGpt: the mesh ", mesh.describe(), " needs the axes dp and tp"));
     for (const auto& a : mesh.axes())
-      if (a.name != "dp" && a.name != "tp" && a.size != 1)
-        throw MeshError(cat("DataParallelGpt: axis ", a.name, " of size ", a.size, " is not supported (only dp and tp)"));
+      if (a.name != "dp" && a.name != "tp" && a.name != "cp" && a.size != 1)
+        throw MeshError(cat("DataParallelGpt: axis ", a.name, " of size ", a.size, " is not supported (only dp, cp and tp)"));
     const int d = mesh.size("dp");
     if (global.batch < 1 || global.batch % d != 0)
       throw DivisibilityError(cat("DataParallelGpt: batch ", global.batch, " is not divisible by the dp size ", d));
     GptConfig local = global;
     local.batch = global.batch / d;
-    return DataParallelGpt(global, mesh, Model::init(local, mesh.group("tp")), o);
+    const int cp = mesh.has("cp") ? mesh.size("cp") : 1;
+    if (cp > 1) CpTokens::check(global.seq, cp);
+    auto model = Model::init(local, mesh.group("tp"));
+    // The data group: every rank of this tp coordinate, dp-major (dp × cp; dp alone without cp).
+    Group data = mesh.group("dp");
+    if (cp > 1) {
+      data = mesh.world().split(mesh.group("tp").rank(), mesh.group("dp").rank() * cp + mesh.group("cp").rank(), "dp×cp");
+      model.set_context_parallel(mesh.group("cp"), o.cp_algo);
+    }
+    return DataParallelGpt(global, mesh, std::move(model), o, std::move(data));
   }
 
 template <Element T, class B>
@@ -178,7 +197,7 @@ void DataParallelGpt<T, B>::reduce_gradients() {
     require_grads();
     if (reduced_) return;
     ensure_plan();
-    const Group& dpg = mesh_.group("dp");
+    const Group& dpg = data_;
     std::vector<Mat> reduced(plan_.buckets());
     std::vector<Mat> flat;
     for (Index n : plan_.elements) flat.push_back(Mat::Zero(1, n));
@@ -217,7 +236,7 @@ template <Element T, class B>
 double DataParallelGpt<T, B>::step(ShardedAdam<T, B>& opt, double max_grad_norm) {
     require_grads();
     ensure_plan();
-    const Group& dpg = mesh_.group("dp");
+    const Group& dpg = data_;
     const int d = dpg.size(), r = dpg.rank();
     if (!opt.bound()) opt.bind(plan_, d, r);
     if (reduced_)
@@ -278,7 +297,7 @@ void DataParallelGpt<T, B>::load_optimizer(ShardedAdam<T, B>& opt, const Masters
     ensure_plan();
     Adam<T, B> full(opt.options());
     model_.load_optimizer(full, in);
-    const Group& dpg = mesh_.group("dp");
+    const Group& dpg = data_;
     opt.bind(plan_, dpg.size(), dpg.rank());
     for (std::size_t b = 0; b < plan_.buckets(); ++b) {
       Mat fm = Mat::Zero(1, plan_.padded[b]), fv = Mat::Zero(1, plan_.padded[b]);
@@ -302,20 +321,28 @@ T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<con
     if (static_cast<Index>(tokens.size()) != total || static_cast<Index>(targets.size()) != total)
       throw ShapeError(cat("DataParallelGpt: ", tokens.size(), " tokens and ", targets.size(), " targets for a global batch of ",
                            global_.batch, " × ", global_.seq, " = ", total));
-    const Group& dpg = mesh_.group("dp");
-    const Index per = total / dpg.size(), t0 = dpg.rank() * per;
-    // Replica d's share of the mean: its counted targets over all counted targets.
-    Index all = 0, mine = 0;
-    for (Index i = 0; i < total; ++i) {
-      const bool counted = targets[static_cast<std::size_t>(i)] != global_.ignore_index;
-      all += counted;
-      mine += counted && i >= t0 && i < t0 + per;
+    const Group& dpg = data_;
+    const Group& rep = mesh_.group("dp");
+    const Index per = total / rep.size(), t0 = rep.rank() * per;
+    // This rank's tokens: replica d's sequences [t0, t0 + per); with cp, its chunks of each.
+    std::vector<std::int64_t> tk(tokens.begin() + t0, tokens.begin() + t0 + per), tg(targets.begin() + t0, targets.begin() + t0 + per);
+    if (model_.context_parallel_size() > 1) {
+      const CpTokens tok{global_.seq, per / global_.seq, model_.context_parallel_size(), mesh_.group("cp").rank()};
+      std::vector<std::int64_t> a(static_cast<std::size_t>(tok.rows())), b(a.size());
+      for (Index i = 0; i < tok.rows(); ++i) {
+        a[static_cast<std::size_t>(i)] = tk[static_cast<std::size_t>(tok.global_row(i))];
+        b[static_cast<std::size_t>(i)] = tg[static_cast<std::size_t>(tok.global_row(i))];
+      }
+      tk = std::move(a);
+      tg = std::move(b);
     }
+    // This rank's share of the mean: its counted targets over all counted targets.
+    Index all = 0, mine = 0;
+    for (Index i = 0; i < total; ++i) all += targets[static_cast<std::size_t>(i)] != global_.ignore_index;
+    for (auto t : tg) mine += t != global_.ignore_index;
     weight_ = all > 0 ? static_cast<T>(mine) / static_cast<T>(all) : T(0);
     model_.set_token_offset(t0);
     if (backward) reduced_ = false;
-    const auto tk = tokens.subspan(static_cast<std::size_t>(t0), static_cast<std::size_t>(per));
-    const auto tg = targets.subspan(static_cast<std::size_t>(t0), static_cast<std::size_t>(per));
     T l = backward ? model_.forward_backward(tk, tg) : model_.loss(tk, tg);
     // The global mean Σ_d w_d · mean_d: one all_reduce of one value over dp.
     T x = weight_ * l;
@@ -327,7 +354,7 @@ T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<con
 
 template <Element T, class B>
 double DataParallelGpt<T, B>::sliced_norm(const std::vector<Mat>& gslice) {
-    const Group& dpg = mesh_.group("dp");
+    const Group& dpg = data_;
     const int d = dpg.size(), r = dpg.rank();
     double acc[2] = {0, 0};  // sharded, replicated
     for (const auto& s : plan_.slots) {
@@ -355,7 +382,7 @@ Adam<T, B> DataParallelGpt<T, B>::full_adam(const ShardedAdam<T, B>& opt) {
     Adam<T, B> full(opt.options());
     full.set_step_count(opt.step_count());
     if (!opt.bound()) return full;
-    Group dpg = mesh_.group("dp");
+    Group dpg = data_;
     for (std::size_t b = 0; b < plan_.buckets(); ++b) {
       Mat fm(1, plan_.padded[b]), fv(1, plan_.padded[b]);
       const auto n = static_cast<std::size_t>(opt.m()[b].size());

@@ -158,6 +158,18 @@ class Gpt {
   void set_steps(long s) { step_ = s; }
   /// Data parallelism (nn/models/data_parallel.hpp): this replica's batch starts at global token `t0`
   /// of the whole batch, so its dropout masks are those rows of the one-replica masks.
+  /// Context parallelism over `cp` (nn/layers/cp_tokens.hpp): forward_backward then takes this
+  /// rank's chunks of every sequence, batch × seq / cp tokens in cp_tokens.hpp's order, and returns
+  /// their mean loss; attention runs over cp, dropout masks at the global rows. The gradient is
+  /// this rank's summand (G[cp:Partial]): DataParallelGpt on a mesh with a cp axis weighs and
+  /// reduces it (nn/models/data_parallel.hpp).
+  void set_context_parallel(const Group& cp, CpAlgo algo = CpAlgo::ring) {
+    for (auto& b : plain_) b.set_context_parallel(cp, algo);
+    for (auto& b : sp_) b.set_context_parallel(cp, algo);
+    drop_emb_.cp = Dropout::CpRows{cfg_.seq, cp.size(), cp.rank()};
+    cp_size_ = cp.size();
+  }
+  [[nodiscard]] int context_parallel_size() const { return cp_size_; }
   void set_token_offset(Index t0) {
     drop_emb_.row_base = t0;
     for (auto& b : plain_) b.set_dropout_row_base(t0);
@@ -479,6 +491,7 @@ class Gpt {
   Norm final_;
   Loss loss_;
   Dropout drop_emb_;
+  int cp_size_ = 1;
   std::optional<Grads> grads_;
   long step_ = 0;
   long skipped_ = 0;
@@ -605,7 +618,10 @@ Gpt<T, B>::Gpt(const GptConfig& c, const Group& g)
 template <Element T, class B>
 void Gpt<T, B>::check_batch(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) const {
     using shardalg::detail::cat;
-    if (static_cast<Index>(tokens.size()) != cfg_.tokens())
+    if (cp_size_ > 1 && static_cast<Index>(tokens.size()) != cfg_.tokens() / cp_size_)
+      throw ShapeError(cat("Gpt: ", tokens.size(), " tokens, expected batch × seq / cp = ", cfg_.batch, " × ", cfg_.seq, " / ",
+                           cp_size_, " = ", cfg_.tokens() / cp_size_));
+    if (cp_size_ == 1 && static_cast<Index>(tokens.size()) != cfg_.tokens())
       throw ShapeError(cat("Gpt: ", tokens.size(), " tokens, expected batch × seq = ", cfg_.batch, " × ", cfg_.seq,
                            " = ", cfg_.tokens()));
     if (targets.size() != tokens.size())
