@@ -23,8 +23,11 @@ enum class Opt { adam, sharded_adam };
 /// every step before its update. `model_out`: the masters after the last step.
 inline std::vector<double> train(const nn::GptConfig& c, const Mesh& mesh, int steps, Opt which,
                                  std::size_t bucket_elements = std::size_t{1} << 16, double clip = 1.0,
-                                 nn::Masters* model_out = nullptr) {
-  auto model = nn::DataParallelGpt<double>::init(c, mesh, {bucket_elements});
+                                 nn::Masters* model_out = nullptr, nn::CpAlgo cp_algo = nn::CpAlgo::ring) {
+  nn::DataParallelGpt<double>::Options opts;
+  opts.bucket_elements = bucket_elements;
+  opts.cp_algo = cp_algo;  // a mesh with a cp axis: attention over cp by the ring or all-to-all
+  auto model = nn::DataParallelGpt<double>::init(c, mesh, opts);
   const auto o = gt::adam_options();
   nn::Adam<double> adam(o);
   nn::ShardedAdam<double> zero(o);

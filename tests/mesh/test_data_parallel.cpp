@@ -303,19 +303,7 @@ TEST_CASE("context parallelism: dp × cp × tp meshes train like one rank on the
     std::mutex m;
     run_ranks(s.d * s.cp * s.t, [&](ThreadComm& comm) {
       Mesh mesh(comm, {{"dp", s.d}, {"cp", s.cp}, {"tp", s.t}});
-      nn::DataParallelGpt<double>::Options o;
-      o.cp_algo = s.algo;
-      auto model = nn::DataParallelGpt<double>::init(c, mesh, o);
-      const auto ao = gt::adam_options();
-      nn::Adam<double> adam(ao);
-      nn::ShardedAdam<double> zero(ao);
-      std::vector<double> losses;
-      for (int k = 0; k < 10; ++k) {
-        const auto batch = gt::batch_at(c, gt::kText, k);
-        losses.push_back(model.forward_backward(batch.first, batch.second));
-        if (s.which == Opt::adam) model.step(adam, 1.0);
-        else model.step(zero, 1.0);
-      }
+      const auto losses = dp_cases::train(c, mesh, 10, s.which, std::size_t{1} << 16, 1.0, nullptr, s.algo);
       if (comm.rank() == 0) {
         std::lock_guard lk(m);
         got = losses;

@@ -106,3 +106,19 @@ TEST_CASE("data parallel under MPI, reproducible mode: a 2x2 mesh gives ThreadCo
       CHECK(got.shards.size() >= 4);
     }
 }
+
+TEST_CASE("context parallelism under MPI: CP=2 x TP=2 (ring) and DP=2 x CP=2 (all-to-all) train like one rank (10 steps, <= 1e-12)") {
+  MpiComm world(MPI_COMM_WORLD);
+  REQUIRE(world.size() == 4);
+  const auto c = dp_cases::config(false);
+  const auto ref = dp_cases::reference(c, 10);
+  {
+    Mesh mesh(world, {{"dp", 1}, {"cp", 2}, {"tp", 2}});
+    CHECK(gt::curve_diff(dp_cases::train(c, mesh, 10, Opt::adam, std::size_t{1} << 16, 1.0, nullptr, nn::CpAlgo::ring), ref) <= 1e-12);
+  }
+  {
+    Mesh mesh(world, {{"dp", 2}, {"cp", 2}, {"tp", 1}});
+    CHECK(gt::curve_diff(dp_cases::train(c, mesh, 10, Opt::sharded_adam, std::size_t{1} << 16, 1.0, nullptr, nn::CpAlgo::all_to_all), ref) <=
+          1e-12);
+  }
+}

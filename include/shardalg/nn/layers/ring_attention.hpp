@@ -111,9 +111,15 @@ struct RingAttention {
       for (Index h = 0; h < hq; ++h) dsum(i, h) = dout.row(i).segment(h * d, d).dot(f.o.row(i).segment(h * d, d));
     Grads gr{Mat::Zero(n, hq * d), Mat(), Mat()};
     Mat cur = pack(k, v), next(cur.rows(), cur.cols());
-    Mat acc(n, 2 * gkv * d), in(n, 2 * gkv * d);  // dK|dV of the block here; the share that arrives
+    // dK|dV of the block here, in two buffers: the one sent at step t − 1 may still be in flight
+    // while step t fills the other. A send is waited two steps later, when its receiver has
+    // reached the wait that takes it (an MPI rendezvous send, or a checked one, completes only
+    // then): every wait is on a message of an earlier step, so the ring cannot wait on itself.
+    Mat acc[2] = {Mat(n, 2 * gkv * d), Mat(n, 2 * gkv * d)}, in(n, 2 * gkv * d);
+    std::optional<Request> sent[2];
     for (int t = 0; t < cp; ++t) {
       const int src = (r - t + cp) % cp;
+      Mat& a = acc[t % 2];
       std::optional<Request> rs, rr, ra;
       if (t > 0) ra.emplace(g.irecv(in.data(), size_of(in), dtype_of<T>, prev, info("dK|dV", in)));  // block src's dK|dV so far
       if (t + 1 < cp) {
@@ -121,23 +127,29 @@ struct RingAttention {
         rs.emplace(g.isend(cur.data(), size_of(cur), dtype_of<T>, next_rank, info("K|V", cur)));
         if (!c.overlap) rr->wait(), rs->wait();
       }
-      acc.setZero();
-      backward_block(tok, c, src, q, cur, f.lse, dout, dsum, gr.dq, acc);
+      if (sent[t % 2]) sent[t % 2]->wait();  // this buffer's send, two steps ago
+      a.setZero();
+      backward_block(tok, c, src, q, cur, f.lse, dout, dsum, gr.dq, a);
       if (ra) {
         ra->wait();
-        acc += in;
+        a += in;
       }
       if (cp == 1) {  // no ring: the only block is this rank's own
-        in = acc;
+        in = a;
         break;
       }
       // pass the block's dK|dV on: to the rank that holds its K/V next, or (last step) home
-      Request sa = g.isend(acc.data(), size_of(acc), dtype_of<T>, next_rank, info("dK|dV", acc));
+      sent[t % 2].emplace(g.isend(a.data(), size_of(a), dtype_of<T>, next_rank, info("dK|dV", a)));
       if (rr) rr->wait(), rs->wait();
-      sa.wait();  // acc is reused at the next step
       if (t + 1 < cp) std::swap(cur, next);
     }
-    if (cp > 1) g.recv(in.data(), size_of(in), dtype_of<T>, prev, info("dK|dV", in));  // this rank's own block, every rank's share in it
+    if (cp > 1) {  // this rank's own block, every rank's share in it; then the sends still in flight
+      // (the receive first: a send may complete only once its receiver waits — checked MPI reads
+      // a header before it posts the data — and the last send's receiver is the next rank's home)
+      g.recv(in.data(), size_of(in), dtype_of<T>, prev, info("dK|dV", in));
+      for (auto& sr : sent)
+        if (sr) sr->wait();
+    }
     gr.dk = in.leftCols(gkv * d);
     gr.dv = in.rightCols(gkv * d);
     return gr;
