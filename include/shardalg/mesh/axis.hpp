@@ -1,6 +1,6 @@
 // shardalg/mesh/axis.hpp — mesh axes as types, and groups typed by their axis.
 //
-//   struct dp, pp, tp                      the built-in axes (data, pipeline, tensor parallel)
+//   struct dp, pp, cp, tp                  the built-in axes (data, pipeline, context, tensor parallel)
 //   struct ep { static constexpr std::string_view name = "ep"; };   a user-defined axis
 //   AxisGroup<tp> g = mesh.axis<tp>();     the tensor-parallel group of this rank
 //
@@ -30,6 +30,10 @@ struct dp {
 };
 struct pp {
   static constexpr std::string_view name = "pp";
+};
+/// Context parallelism: the sequence split over cp (nn/layers/cp_tokens.hpp).
+struct cp {
+  static constexpr std::string_view name = "cp";
 };
 struct tp {
   static constexpr std::string_view name = "tp";
