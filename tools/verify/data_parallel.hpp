@@ -8,6 +8,11 @@
 //   --zero step        dp: one reduce_scatter and one all_gather per bucket (each padded to a
 //                      multiple of D), one all_reduce of 2 values (the gradient norm's parts)
 //
+// With --cp C the mesh is dp × cp × tp: the data group is dp × cp (D·C ranks: the same counts,
+// padded to D·C), and a second row holds attention's traffic on cp beside its count: per layer,
+// ring: forward C − 1 K|V sends (and receives), backward C − 1 K|V and C dK|dV; a2a: forward 2
+// all_to_alls (Q|K|V, O), backward 2 (dO, dQ|dK|dV).
+//
 // Ψ, the parameter values one tensor-parallel rank holds, and the bucket count come from the
 // configuration here (shapes and layouts), not from the model: a model that moved other bytes, or
 // packed its buckets differently, fails the row.
@@ -62,11 +67,45 @@ inline std::vector<Index> expected_buckets(const std::vector<Index>& sizes, std:
   return b;
 }
 
+/// --cp: attention's messages on the cp axis beside their count from the configuration.
+template <class T>
+void cp_row(const Ledger& ledger, const Options& o, int D, int C, int P, Row* out) {
+  const std::size_t e = sizeof(T);
+  const Index rows = o.batch / D * o.seq / C, d = o.hidden / o.heads;
+  const nn::QkvLayout lay{o.heads, o.num_groups(), d, P};
+  const Index hq = lay.units() * lay.q_per_unit(), g = lay.units();  // this rank's query and K/V heads
+  Row row(fmt::format("CP={} attn {}", C, o.cp_algo), "cp", {}, o.tolerance());
+  const auto on_cp = [](const LedgerEntry& en) { return en.axis == "cp"; };
+  std::vector<LedgerEntry> f, b;
+  for (const auto& en : ledger.entries())
+    if (on_cp(en)) (en.scope.find("bwd") != std::string::npos ? b : f).push_back(en);
+  row.ledger_fwd = verify::tally(f, "");
+  row.ledger_bwd = verify::tally(b, "");
+  for (int l = 0; l < o.layers; ++l) {
+    if (o.cp_algo == "ring") {
+      const auto kv = static_cast<std::size_t>(rows * 2 * g * d) * e;  // K|V (and dK|dV): the block's rows × 2·G·d
+      row.analytic_fwd.add(CollectiveKind::send, kv, static_cast<std::size_t>(C - 1));
+      row.analytic_fwd.add(CollectiveKind::recv, kv, static_cast<std::size_t>(C - 1));
+      row.analytic_bwd.add(CollectiveKind::send, kv, static_cast<std::size_t>(2 * C - 1));
+      row.analytic_bwd.add(CollectiveKind::recv, kv, static_cast<std::size_t>(2 * C - 1));
+    } else {  // tiles of rows × (heads/C)·d per destination, recorded as n · C · C elements
+      const auto qkv = static_cast<std::size_t>(rows * (hq + 2 * g) / C * d * C * C) * e, o1 = static_cast<std::size_t>(rows * hq / C * d * C * C) * e;
+      row.analytic_fwd.add(CollectiveKind::all_to_all, qkv);
+      row.analytic_fwd.add(CollectiveKind::all_to_all, o1);
+      row.analytic_bwd.add(CollectiveKind::all_to_all, o1);
+      row.analytic_bwd.add(CollectiveKind::all_to_all, qkv);
+    }
+  }
+  row.checks.push_back(verify::check_flag("attention's cp messages = the count from the configuration", row.ledger_fwd == row.analytic_fwd && row.ledger_bwd == row.analytic_bwd));
+  *out = std::move(row);
+}
+
+
 /// Rank 0 of the world gets the row in `out`; every rank of the mesh must call.
 template <class T, bool SP>
 void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const DenseRun* dense, Row* out,
-            DpFigures* figures) {
-  const int D = raw_mesh.size("dp"), P = raw_mesh.size("tp");
+            DpFigures* figures, Row* cp_out = nullptr) {
+  const int CP = raw_mesh.has("cp") ? raw_mesh.size("cp") : 1, D = raw_mesh.size("dp") * CP, P = raw_mesh.size("tp");
   const std::size_t elem = sizeof(T);
   const double tol = o.tolerance();
   Ledger ledger;
@@ -74,6 +113,7 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   const nn::GptConfig gc = gpt_config(o, SP);  // gc.batch: the global batch
   typename nn::DataParallelGpt<T>::Options dpo;
   dpo.bucket_elements = o.bucket;
+  dpo.cp_algo = o.cp_algo == "a2a" ? nn::CpAlgo::all_to_all : nn::CpAlgo::ring;
   auto model = nn::DataParallelGpt<T>::init(gc, mesh, dpo);
   model.load(to_masters(o, dm.g));
   model.replica().check_finite(true);
@@ -117,8 +157,8 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   Index psi = 0, padded = 0;
   for (Index b : buckets) psi += b, padded += (b + D - 1) / D * D;
 
-  Row row(fmt_dp_name(D, P, o.zero), "dp", {}, tol);
-  const auto dpe = [&](const LedgerEntry& e) { return e.axis == "dp"; };
+  Row row(CP > 1 ? fmt::format("DP={} × CP={} Gpt{}", D / CP, CP, o.zero ? " ZeRO" : "") : fmt_dp_name(D, P, o.zero), "dp", {}, tol);
+  const auto dpe = [&](const LedgerEntry& e) { return e.axis == "dp"; };  // with cp: the dp × cp data group
   row.ledger_fwd = verify::tally_if(std::vector<LedgerEntry>(ledger.entries().begin(), ledger.entries().begin() + static_cast<std::ptrdiff_t>(after_step)), dpe);
   row.ledger_bwd = verify::tally_if(std::vector<LedgerEntry>(ledger.entries().begin() + static_cast<std::ptrdiff_t>(after_step), ledger.entries().end()), dpe);
   row.analytic_fwd.add(CollectiveKind::all_reduce, elem);  // the loss: one value
@@ -176,6 +216,7 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
     if (figures) *figures = DpFigures{true, state_bytes, formula, 2 * elem * static_cast<std::size_t>(psi)};
   }
   *out = std::move(row);
+  if (CP > 1 && cp_out) cp_row<T>(ledger, o, D / CP, CP, P, cp_out);
 }
 
 }  // namespace sv

@@ -78,24 +78,26 @@ int run_all(const Options& o, int p, Group* mpi_world, int mpi_rank) {
       }
       return;
     }
-    if (o.dp == 1) {
+    if (o.dp == 1 && o.cp == 1) {
       if (o.sp) run_rank<T, true>(world, o, dm, is_root ? &res : nullptr, prog);
       else run_rank<T, false>(world, o, dm, is_root ? &res : nullptr, prog);
       return;
     }
-    const Mesh mesh(world, {{"dp", o.dp}, {"tp", p}});
+    const Mesh mesh = o.cp > 1 ? Mesh(world, {{"dp", o.dp}, {"cp", o.cp}, {"tp", p}}) : Mesh(world, {{"dp", o.dp}, {"tp", p}});
     if (o.sp) run_rank<T, true>(mesh.group("tp"), o, dm, is_root ? &res : nullptr, prog);
     else run_rank<T, false>(mesh.group("tp"), o, dm, is_root ? &res : nullptr, prog);
     if (is_root) prog("DataParallelGpt on the mesh", true);
     const DenseRun* dense = is_root ? &res.dense : nullptr;
-    Row row;
-    if (o.sp) run_dp<T, true>(mesh, o, dm, dense, &row, is_root ? &res.dp_figures : nullptr);
-    else run_dp<T, false>(mesh, o, dm, dense, &row, is_root ? &res.dp_figures : nullptr);
+    Row row, cp_row;
+    if (o.sp) run_dp<T, true>(mesh, o, dm, dense, &row, is_root ? &res.dp_figures : nullptr, &cp_row);
+    else run_dp<T, false>(mesh, o, dm, dense, &row, is_root ? &res.dp_figures : nullptr, &cp_row);
     if (is_root) res.rows.push_back(std::move(row));
+    if (is_root && o.cp > 1) res.rows.push_back(std::move(cp_row));
   };
   if (mpi_world) {
     res.backend_name = o.dp > 1 ? fmt::format("MpiComm ({} processes: dp {} × tp {})", p * o.dp, o.dp, p)
                                 : fmt::format("MpiComm ({} processes)", p);
+    if (o.cp > 1) res.backend_name = fmt::format("MpiComm ({} processes: dp {} × cp {} × tp {})", p * o.dp * o.cp, o.dp, o.cp, p);
     if (o.pp > 1)
       res.backend_name = fmt::format("MpiComm ({} processes: dp {} × pp {} × tp {})", p * o.dp * o.pp, o.dp, o.pp, p);
     one_rank(*mpi_world, root);
@@ -105,7 +107,9 @@ int run_all(const Options& o, int p, Group* mpi_world, int mpi_rank) {
     if (o.pp > 1)
       res.backend_name = fmt::format("ThreadComm ({} ranks as threads: dp {} × pp {} × tp {})", p * o.dp * o.pp, o.dp,
                                      o.pp, p);
-    run_ranks(p * o.dp * o.pp, [&](ThreadComm& c) { one_rank(Group(c), c.rank() == 0); });
+    if (o.cp > 1)
+      res.backend_name = fmt::format("ThreadComm ({} ranks as threads: dp {} × cp {} × tp {})", p * o.dp * o.cp, o.dp, o.cp, p);
+    run_ranks(p * o.dp * o.pp * o.cp, [&](ThreadComm& c) { one_rank(Group(c), c.rank() == 0); });
   }
   progress.done();
   if (!root) return 0;

@@ -90,11 +90,16 @@ int main(int argc, char** argv) {
       if (o.pp < 1 || (size / o.dp) % o.pp != 0)
         throw ConfigError(shardalg::detail::cat("--dp ", o.dp, " × --pp ", o.pp, " does not divide the MPI process count ", size,
                                                 " (under mpirun the processes form a dp × pp × tp mesh)"));
-      if (tp_given && std::int64_t{o.tp} * (o.dp * o.pp) != size)  // dp·pp divides size (above): < 2^62
+      if (o.cp < 1 || (size / o.dp / o.pp) % o.cp != 0)
+        throw ConfigError(shardalg::detail::cat("--dp ", o.dp, " × --cp ", o.cp, " does not divide the MPI process count ", size,
+                                                " (under mpirun the processes form a dp × cp × tp mesh)"));
+      if (o.cp > 1 && tp_given && std::int64_t{o.tp} * o.dp * o.cp * o.pp != size)
+        throw ConfigError(shardalg::detail::cat("--tp ", o.tp, " × --dp ", o.dp, " × --cp ", o.cp, " differs from the MPI process count ", size));
+      if (o.cp == 1 && tp_given && std::int64_t{o.tp} * (o.dp * o.pp) != size)  // dp·pp divides size (above): < 2^62
         throw ConfigError(shardalg::detail::cat("--tp ", o.tp, " × --dp ", o.dp, (o.pp > 1 ? shardalg::detail::cat(" × --pp ", o.pp) : std::string()),
                                                 " differs from the MPI process count ", size,
                                                 " (under mpirun the TP size is the process count over --dp", (o.pp > 1 ? " and --pp" : ""), ")"));
-      p = size / o.dp / o.pp;
+      p = size / o.dp / o.pp / o.cp;
     } else if (under_mpirun()) {
       throw ConfigError("running under mpirun with --backend thread; pass --backend mpi");
     }

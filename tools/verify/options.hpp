@@ -36,6 +36,8 @@ struct Options {
   bool dealloc = false;                // --dealloc: release a stage's output once sent
   bool overlap = false;                // --overlap-p2p: post the next receive before computing
   bool sp = false;
+  int cp = 1;                          // --cp: context-parallel ranks, a dp × cp × tp mesh (tools/verify/data_parallel.hpp)
+  std::string cp_algo = "ring";        // --cp-algo: ring or a2a
   int layers = 2;
   Index hidden = 64, heads = 8, groups = 0, ffn = 0, seq = 32, batch = 2, vocab = 1000, vocab_divisor = 128;
   std::string dtype = "double";
@@ -155,9 +157,15 @@ inline void validate(const Options& o, int p) {
     throw ConfigError(cat("--batch ", o.batch, " is not divisible by --dp ", o.dp, " (each replica takes batch/dp sequences)"));
   if (o.zero && o.dp < 2) throw ConfigError("--zero shards the optimizer over data-parallel replicas: it needs --dp 2 or more");
   positive("--pp", o.pp);
+  positive("--cp", o.cp);
+  if (o.cp > 1 && (o.pp > 1 || o.microbatches > 0)) throw ConfigError(cat("--cp ", o.cp, " is not combined with --pp (the pipeline run has no context parallelism)"));
+  if (o.cp > 1 && o.dump.size()) throw ConfigError(cat("--dump writes a tensor-parallel run (and --sp); not one with --cp ", o.cp));
+  if (o.cp > 1 && o.attn_dropout > 0) throw ConfigError(cat("--cp ", o.cp, " with --attn-dropout ", o.attn_dropout, ": attention dropout under context parallelism is not implemented"));
+  if (o.cp > 1 && o.seq % (2 * o.cp) != 0)
+    throw ConfigError(cat("--seq ", o.seq, " is not divisible by 2 × --cp = ", 2 * o.cp, " (each cp rank holds two chunks of every sequence)"));
   // The world is dp·pp·tp ranks (threads in this process, or processes under mpirun): an int.
   constexpr std::int64_t kMaxRanks = std::numeric_limits<int>::max();
-  const std::int64_t dp_tp = std::int64_t{o.dp} * p;  // < 2^62; then · pp < 2^62 once dp·tp ≤ 2^31 − 1
+  const std::int64_t dp_tp = std::int64_t{o.dp} * o.cp * p;  // < 2^62; then · pp < 2^62 once dp·tp ≤ 2^31 − 1
   if (dp_tp > kMaxRanks || dp_tp * o.pp > kMaxRanks)
     throw ConfigError(cat("--dp ", o.dp, " × --pp ", o.pp, " × --tp ", p, " is more than ", kMaxRanks, " ranks"));
   if (o.microbatches < 0) throw ConfigError(cat("--microbatches ", o.microbatches, " must not be negative"));
@@ -199,7 +207,7 @@ inline void validate(const Options& o, int p) {
     std::error_code ec;
     if (!std::filesystem::is_directory(o.dump, ec)) throw ConfigError(cat("--dump ", o.dump, ": not a directory"));
   }
-  check_memory(o, p, o.dp * o.pp);
+  check_memory(o, p, o.dp * o.pp * o.cp);
 }
 
 }  // namespace sv

@@ -80,6 +80,8 @@ std::string format_json(const Options& o, int p, const RankResult& r, bool pass,
                  {"norm", o.norm},
                  {"bias", !o.no_bias},
                  {"dp", r.dp},
+                 {"cp", o.cp},
+                 {"cp_algo", o.cp_algo},
                  {"zero", o.zero},
                  {"bucket_elements", o.bucket}};
   if (r.dp_figures.zero)
