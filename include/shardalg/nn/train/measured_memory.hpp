@@ -49,6 +49,7 @@ struct ActivationTerms {
   double fc1_input = 0;
   double fc1_output = 0;
   double fc2_input = 0;
+  double cp_attention = 0;  // context parallelism: the attention core's Q, K, V (unpacked), O and log-sum-exp
   // outside the layers
   double embedding_ids = 0;     // the token ids the embedding's backward scatters into (int64)
   double embedding_output = 0;  // the embedding's output, alive until the backward ends
@@ -61,7 +62,7 @@ struct ActivationTerms {
   double loss_tokens = 0;       // per-token losses (e), targets (int64) and active flags (char)
 
   [[nodiscard]] double layers() const {
-    return norm_xhat + norm_rstd + qkv_input + qkv + scores + proj_input + fc1_input + fc1_output + fc2_input;
+    return norm_xhat + norm_rstd + qkv_input + qkv + scores + proj_input + fc1_input + fc1_output + fc2_input + cp_attention;
   }
   [[nodiscard]] double outside() const {
     return embedding_ids + embedding_output + stream + final_norm_output + final_norm_cache + head_input + logits +
@@ -121,6 +122,15 @@ void add_block_cache(ActivationTerms& a, const C& c) {
   a.fc1_input += local_bytes(c.mlp.fc1.x);
   a.fc1_output += local_bytes(c.mlp.h);
   a.fc2_input += local_bytes(c.mlp.fc2.h);
+  if (const auto& cp = c.attn.cp) {
+    a.cp_attention += matrix_bytes(cp->q) + matrix_bytes(cp->k) + matrix_bytes(cp->v);
+    if (cp->ring) a.cp_attention += matrix_bytes(cp->ring->o) + matrix_bytes(cp->ring->lse);
+    if (cp->a2a) {
+      const auto& u = cp->a2a->cache;
+      a.cp_attention += matrix_bytes(cp->a2a->o) + matrix_bytes(u.q) + matrix_bytes(u.k) + matrix_bytes(u.v) +
+                        matrix_bytes(u.local.o) + matrix_bytes(u.local.lse);
+    }
+  }
 }
 }  // namespace detail
 
