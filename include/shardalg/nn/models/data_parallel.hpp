@@ -173,10 +173,11 @@ DataParallelGpt<T, B> DataParallelGpt<T, B>::init(const GptConfig& global, const
     const int cp = mesh.has("cp") ? mesh.size("cp") : 1;
     if (cp > 1) CpTokens::check(global.seq, cp);
     auto model = Model::init(local, mesh.group("tp"));
-    // The data group: every rank of this tp coordinate, dp-major (dp × cp; dp alone without cp).
+    // The data group: every rank of this tp coordinate, dp-major (dp × cp; dp alone without cp). It
+    // plays the dp axis in the types below (and in the ledger: axis "dp").
     Group data = mesh.group("dp");
     if (cp > 1) {
-      data = mesh.world().split(mesh.group("tp").rank(), mesh.group("dp").rank() * cp + mesh.group("cp").rank(), "dp×cp");
+      data = mesh.world().split(mesh.group("tp").rank(), mesh.group("dp").rank() * cp + mesh.group("cp").rank(), "dp");
       model.set_context_parallel(mesh.group("cp"), o.cp_algo);
     }
     return DataParallelGpt(global, mesh, std::move(model), o, std::move(data));
