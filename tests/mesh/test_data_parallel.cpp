@@ -228,7 +228,7 @@ TEST_CASE("data parallel: bad input is an error naming the values") {
                          "DataParallelGpt: the mesh ep=4 needs the axes dp and tp", MeshError);
     Mesh three(comm, {{"dp", 2}, {"pp", 2}, {"tp", 1}});
     CHECK_THROWS_WITH_AS(nn::DataParallelGpt<double>::init(c, three),
-                         "DataParallelGpt: axis pp of size 2 is not supported (only dp and tp)", MeshError);
+                         "DataParallelGpt: axis pp of size 2 is not supported (only dp, cp and tp)", MeshError);
     Mesh mesh(comm, {{"dp", 4}, {"tp", 1}});
     auto odd = c;
     odd.batch = 6;
@@ -280,7 +280,7 @@ TEST_CASE("data parallel: the reduced gradients are the whole batch's (against o
   }
 }
 
-TEST_CASE("context parallelism: dp × cp × tp meshes train like one rank on the whole batch (10 steps, <= 1e-12), ring and all-to-all, ± SP") {
+TEST_CASE("context parallelism: dp × cp × tp meshes train like one rank on the whole batch (10 steps, <= 1e-12), ring and all-to-all, ± SP, ± attention dropout") {
   struct Shape {
     int d, cp, t;
     nn::CpAlgo algo;
@@ -292,6 +292,26 @@ TEST_CASE("context parallelism: dp × cp × tp meshes train like one rank on the
                                   {1, 2, 2, nn::CpAlgo::ring, true, Opt::adam},        {2, 2, 1, nn::CpAlgo::all_to_all, true, Opt::adam}};
   std::map<bool, std::vector<double>> refs;
   for (bool sp : {false, true}) refs[sp] = dp_cases::reference(dp_cases::config(sp), 10);
+  {  // attention dropout as well: the dense mask at every cp (ring and all-to-all)
+    auto c = dp_cases::config(false);
+    c.attn_dropout = 0.1;
+    const auto ref = dp_cases::reference(c, 10);
+    for (auto algo : {nn::CpAlgo::ring, nn::CpAlgo::all_to_all}) {
+      CAPTURE(static_cast<int>(algo));
+      std::vector<double> got;
+      std::mutex m;
+      run_ranks(4, [&](ThreadComm& comm) {
+        Mesh mesh(comm, {{"dp", 1}, {"cp", 2}, {"tp", 2}});
+        const auto losses = dp_cases::train(c, mesh, 10, Opt::adam, std::size_t{1} << 16, 1.0, nullptr, algo);
+        if (comm.rank() == 0) {
+          std::lock_guard lk(m);
+          got = losses;
+        }
+      });
+      REQUIRE(got.size() == 10);
+      CHECK(gt::curve_diff(got, ref) <= 1e-12);
+    }
+  }
   for (const auto& s : shapes) {
     CAPTURE(s.d);
     CAPTURE(s.cp);

@@ -19,7 +19,7 @@
 // sequence (X[cp:Row], nn/layers/cp_tokens.hpp) and the core — softmax(causal(Q Kᵀ/√d)) V per
 // local head — runs over the cp group, by the ring (K/V blocks passed around, ring_attention.hpp)
 // or by all-to-all (heads for sequence, ulysses_attention.hpp); the projections are as above, on
-// the tp group, and see only their tokens. CPU backend; attention dropout is refused there.
+// the tp group, and see only their tokens; attention dropout is the same mask. CPU backend.
 //
 // The fused QKV weight is column-parallel with Megatron's per-group layout: rank r's block is
 // `units` × [q heads of the group | k | v]. With g query groups on P ranks:
@@ -263,13 +263,10 @@ class Attention {
   }
 
   /// Context parallelism over `cp` (see the file comment): every later forward takes this rank's
-  /// chunks of every sequence, in cp_tokens.hpp's order. Throws DivisibilityError when the
-  /// sequence does not split into 2·cp chunks; ShapeError with attention dropout.
+  /// chunks of every sequence, in cp_tokens.hpp's order (attention dropout keyed as the dense
+  /// layer's). Throws DivisibilityError when the sequence does not split into 2·cp chunks.
   void set_context_parallel(Group cp, CpAlgo algo = CpAlgo::ring, bool overlap = true) {
     CpTokens::check(cfg_.seq, cp.size());
-    if (cfg_.dropout > 0.0)
-      throw ShapeError(detail::cat("Attention: attention dropout ", cfg_.dropout,
-                                   " with context parallelism is not implemented; set it to 0"));
     if constexpr (!std::is_same_v<B, CpuBackend>) throw Error("Attention: context parallelism runs on the CPU backend only");
     cp_.emplace(CpState{std::move(cp), algo, overlap});
   }
@@ -322,8 +319,8 @@ class Attention {
                                    " rows per sequence on each of ", cp, " context-parallel ranks (sequence length ", cfg_.seq, ")"));
     return {cfg_.seq, rows / per, cp, cp_->group.rank()};
   }
-  RingAttentionConfig cp_config() const {
-    return {lay_.units() * lay_.q_per_unit(), lay_.units(), lay_.head_dim, cp_->overlap};
+  RingAttentionConfig cp_config(const Group& tp) const {
+    return {lay_.units() * lay_.q_per_unit(), lay_.units(), lay_.head_dim, cp_->overlap, dropout(tp)};
   }
   /// X[cp:Row] → Z[Partial] with the core over the cp group: QKV[C] unpacked to Q, K, V (units ×
   /// [q heads | k | v] → Q | K | V), the ring or the all-to-all, O[C] in the local heads' order.
@@ -345,10 +342,10 @@ class Attention {
     Group cpg = cp_->group;
     Mat out;
     if (cp_->algo == CpAlgo::ring) {
-      cc->ring = RingAttention<T>::forward(cpg, tok, cp_config(), cc->q, cc->k, cc->v);
+      cc->ring = RingAttention<T>::forward(cpg, tok, cp_config(x.group()), cc->q, cc->k, cc->v);
       out = cc->ring->o;
     } else {
-      cc->a2a = UlyssesAttention<T>::forward(cpg, tok, cp_config(), cc->q, cc->k, cc->v);
+      cc->a2a = UlyssesAttention<T>::forward(cpg, tok, cp_config(x.group()), cc->q, cc->k, cc->v);
       out = cc->a2a->o;
     }
     Sharded<T, ColSharded, B> o(std::move(out), x.rows(), cfg_.hidden, x.group());
@@ -361,8 +358,8 @@ class Attention {
     const CpTokens tok = cp_tokens(dout.rows());
     Group cpg = cp_->group;
     const CpCache& cc = *c.cp;
-    const auto gr = cc.ring ? RingAttention<T>::backward(cpg, tok, cp_config(), cc.q, cc.k, cc.v, *cc.ring, dout.local())
-                            : UlyssesAttention<T>::backward(cpg, tok, cp_config(), *cc.a2a, dout.local());
+    const auto gr = cc.ring ? RingAttention<T>::backward(cpg, tok, cp_config(dout.group()), cc.q, cc.k, cc.v, *cc.ring, dout.local())
+                            : UlyssesAttention<T>::backward(cpg, tok, cp_config(dout.group()), *cc.a2a, dout.local());
     const Index n = dout.rows(), d = lay_.head_dim, qn = lay_.q_per_unit() * d, uw = lay_.unit_width(), u = lay_.units();
     Mat dqkv(n, u * uw);
     for (Index k = 0; k < u; ++k) {

@@ -31,9 +31,9 @@ struct CpTokens {
 
   /// "context parallelism: sequence length 10 is not divisible by 2·cp = 8 (…)".
   static void check(Index seq, int cp) {
-    if (cp < 1) throw GroupSizeError(detail::cat("context parallelism: cp ", cp, " must be at least 1"));
+    if (cp < 1) throw GroupSizeError(shardalg::detail::cat("context parallelism: cp ", cp, " must be at least 1"));
     if (seq % (2 * Index{cp}) != 0)
-      throw DivisibilityError(detail::cat("context parallelism: sequence length ", seq, " is not divisible by 2·cp = ", 2 * cp,
+      throw DivisibilityError(shardalg::detail::cat("context parallelism: sequence length ", seq, " is not divisible by 2·cp = ", 2 * cp,
                                           " (two chunks per rank, for the causal balance)"));
   }
   [[nodiscard]] Index chunk() const { return seq / (2 * Index{cp}); }

@@ -22,6 +22,10 @@
 // "dK|dV" as its layout, the block's shape as dims) so that checked point to point refuses a mix-up.
 // GQA: Hq query heads share G key/value heads (Hq/G each). CPU (Eigen) kernels; the K/V and
 // dK/dV blocks travel as one message each.
+//
+// Attention dropout (cfg.drop): O = (P ⊙ F)·V with F the mask's factors at the global positions;
+// l and L stay those of P (dropout comes after the softmax). Backward: dV += (P ⊙ F)ᵀ dO,
+// dS = P ∘ (F ∘ dO Vᵀ − D), D = rowsum(dO ∘ O) as before (O is the dropped output).
 #pragma once
 
 #include <algorithm>
@@ -33,6 +37,7 @@
 
 #include <Eigen/Core>
 
+#include "shardalg/backend/kernels.hpp"
 #include "shardalg/base/dtype.hpp"
 #include "shardalg/base/errors.hpp"
 #include "shardalg/comm/communicator.hpp"
@@ -45,6 +50,9 @@ struct RingAttentionConfig {
   Index groups = 0;  // key/value heads on this rank (G; 0 = heads)
   Index head_dim = 0;
   bool overlap = true;  // post the next block's receive before computing this one
+  /// Dropout on the probabilities, keyed by (sequence, global head, query, key) positions: the
+  /// dense layer's mask (backend/kernels.hpp), whatever the cp, tp or dp split. p = 0: none.
+  AttnDropout drop = {};
   [[nodiscard]] Index kv_heads() const { return groups == 0 ? heads : groups; }
 };
 
@@ -64,10 +72,10 @@ struct RingAttention {
   static void check(const RingAttentionConfig& c, const CpTokens& tok, const Mat& q, const Mat& k, const Mat& v) {
     CpTokens::check(tok.seq, tok.cp);
     if (c.heads < 1 || c.kv_heads() < 1 || c.heads % c.kv_heads() != 0)
-      throw DivisibilityError(detail::cat("ring attention: ", c.heads, " query heads are not a multiple of ", c.kv_heads(), " key/value heads"));
+      throw DivisibilityError(shardalg::detail::cat("ring attention: ", c.heads, " query heads are not a multiple of ", c.kv_heads(), " key/value heads"));
     if (q.rows() != tok.rows() || k.rows() != tok.rows() || v.rows() != tok.rows() || q.cols() != c.heads * c.head_dim ||
         k.cols() != c.kv_heads() * c.head_dim || v.cols() != k.cols())
-      throw ShapeError(detail::cat("ring attention: Q ", q.rows(), "×", q.cols(), ", K ", k.rows(), "×", k.cols(), ", V ", v.rows(), "×",
+      throw ShapeError(shardalg::detail::cat("ring attention: Q ", q.rows(), "×", q.cols(), ", K ", k.rows(), "×", k.cols(), ", V ", v.rows(), "×",
                                    v.cols(), " do not fit ", tok.rows(), " rows of ", c.heads, " query and ", c.kv_heads(), " key/value heads of ",
                                    c.head_dim));
   }
@@ -170,7 +178,8 @@ struct RingAttention {
   }
 
   /// The (query chunk, key chunk) pairs of one sequence between this rank's chunks and `src`'s:
-  /// calls fn(local query row 0, local key row 0, causal diagonal?) for each pair not masked whole.
+  /// calls fn(local query row 0, local key row 0, query position 0, key position 0) for each pair
+  /// not masked whole (equal positions: the causal diagonal block).
   template <class Fn>
   static Index for_blocks(const CpTokens& tok, int src, Index b, Fn&& fn) {
     const Index c = tok.chunk();
@@ -179,7 +188,7 @@ struct RingAttention {
       for (int kk = 0; kk < 2; ++kk) {
         const Index qc = tok.chunk_of(tok.rank, kq), kc = tok.chunk_of(src, kk);
         if (kc > qc) continue;  // every key after every query: masked whole
-        fn(b * 2 * c + kq * c, b * 2 * c + kk * c, kc == qc);
+        fn(b * 2 * c + kq * c, b * 2 * c + kk * c, qc * c, kc * c);  // local rows; global positions
         ++n;
       }
     return n;
@@ -192,7 +201,8 @@ struct RingAttention {
     Index blocks = 0;
     Mat s(c, c);
     for (Index b = 0; b < tok.batch; ++b)
-      blocks += for_blocks(tok, src, b, [&](Index qi, Index ki, bool diag) {
+      blocks += for_blocks(tok, src, b, [&](Index qi, Index ki, Index qp, Index kp) {
+        const bool diag = qp == kp;
         for (Index h = 0; h < hq; ++h) {
           const Index gk = (h / rep) * d;
           s.noalias() = q.block(qi, h * d, c, d) * kv.block(ki, gk, c, d).transpose() * scale;
@@ -207,7 +217,8 @@ struct RingAttention {
             for (Index j = 0; j < cols; ++j) {
               const T p = std::exp(s(i, j) - mn);
               sum += p;
-              orow += p * kv.row(ki + j).segment(kvw + gk, d);
+              const T kept = cfg.drop.active() ? p * cfg.drop.template factor<T>(b, h, tok.seq, qp + i, kp + j) : p;
+              orow += kept * kv.row(ki + j).segment(kvw + gk, d);
             }
             l(qi + i, h) = l(qi + i, h) * keep + sum;
             m(qi + i, h) = mn;
@@ -221,9 +232,10 @@ struct RingAttention {
                              const Mat& dout, const Mat& dsum, Mat& dq, Mat& acc) {
     const Index c = tok.chunk(), d = cfg.head_dim, hq = cfg.heads, rep = hq / cfg.kv_heads(), kvw = cfg.kv_heads() * d;
     const T scale = T(1) / std::sqrt(T(d));
-    Mat p(c, c), ds(c, c);
+    Mat p(c, c), ds(c, c), f(cfg.drop.active() ? c : 0, cfg.drop.active() ? c : 0);
     for (Index b = 0; b < tok.batch; ++b)
-      for_blocks(tok, src, b, [&](Index qi, Index ki, bool diag) {
+      for_blocks(tok, src, b, [&](Index qi, Index ki, Index qp, Index kp) {
+        const bool diag = qp == kp;
         for (Index h = 0; h < hq; ++h) {
           const Index gk = (h / rep) * d;
           const auto qb = q.block(qi, h * d, c, d);
@@ -233,8 +245,15 @@ struct RingAttention {
           p.noalias() = qb * kb.transpose() * scale;
           for (Index i = 0; i < c; ++i)
             for (Index j = 0; j < c; ++j) p(i, j) = (diag && j > i) ? T(0) : std::exp(p(i, j) - lse(qi + i, h));
-          acc.block(ki, kvw + gk, c, d).noalias() += p.transpose() * dob;  // dV
-          ds.noalias() = dob * vb.transpose();                             // dP
+          ds.noalias() = dob * vb.transpose();  // d(P ⊙ F)
+          if (cfg.drop.active()) {
+            for (Index i = 0; i < c; ++i)
+              for (Index j = 0; j < c; ++j) f(i, j) = cfg.drop.template factor<T>(b, h, tok.seq, qp + i, kp + j);
+            acc.block(ki, kvw + gk, c, d).noalias() += p.cwiseProduct(f).transpose() * dob;  // dV
+            ds = ds.cwiseProduct(f);                                                         // dP
+          } else {
+            acc.block(ki, kvw + gk, c, d).noalias() += p.transpose() * dob;  // dV
+          }
           for (Index i = 0; i < c; ++i) ds.row(i) = (p.row(i).array() * (ds.row(i).array() - dsum(qi + i, h))).matrix();
           dq.block(qi, h * d, c, d).noalias() += ds * kb * scale;
           acc.block(ki, gk, c, d).noalias() += ds.transpose() * qb * scale;  // dK

@@ -42,7 +42,7 @@ struct UlyssesAttention {
     RingAttention<T>::check(c, tok, q, k, v);
     const int cp = g.size();
     if (c.heads % cp != 0 || c.kv_heads() % cp != 0)
-      throw DivisibilityError(detail::cat("all-to-all attention: ", c.heads, " query heads and ", c.kv_heads(),
+      throw DivisibilityError(shardalg::detail::cat("all-to-all attention: ", c.heads, " query heads and ", c.kv_heads(),
                                           " key/value heads must each be divisible by cp ", cp, " (each rank takes whole heads)"));
   }
 
@@ -58,8 +58,7 @@ struct UlyssesAttention {
     f.cache.v = whole.rightCols(kw);
     Group self(SelfComm{});
     const CpTokens all{tok.seq, tok.batch, 1, 0};
-    const RingAttentionConfig local{c.heads / cp, c.kv_heads() / cp, d, true};
-    f.cache.local = RingAttention<T>::forward(self, all, local, f.cache.q, f.cache.k, f.cache.v);
+    f.cache.local = RingAttention<T>::forward(self, all, local_config(g, c), f.cache.q, f.cache.k, f.cache.v);
     f.o = exchange(g, tok, {{&f.cache.local.o, qw}}, false);
     return f;
   }
@@ -70,8 +69,7 @@ struct UlyssesAttention {
     const Mat dwhole = exchange(g, tok, {{&dout, qw}}, true);
     Group self(SelfComm{});
     const CpTokens all{tok.seq, tok.batch, 1, 0};
-    const RingAttentionConfig local{c.heads / cp, c.kv_heads() / cp, d, true};
-    const auto gl = RingAttention<T>::backward(self, all, local, f.cache.q, f.cache.k, f.cache.v, f.cache.local, dwhole);
+    const auto gl = RingAttention<T>::backward(self, all, local_config(g, c), f.cache.q, f.cache.k, f.cache.v, f.cache.local, dwhole);
     Mat cat(gl.dq.rows(), qw + 2 * kw);
     cat << gl.dq, gl.dk, gl.dv;
     const Mat back = exchange(g, tok, {{&cat, qw + 2 * kw}}, false);
@@ -87,6 +85,13 @@ struct UlyssesAttention {
   }
 
  private:
+  /// The local attention's config: this rank's share of the heads (the dropout mask's head offset
+  /// moves with it), the whole sequence.
+  static RingAttentionConfig local_config(const Group& g, const RingAttentionConfig& c) {
+    RingAttentionConfig l{c.heads / g.size(), c.kv_heads() / g.size(), c.head_dim, true, c.drop};
+    l.drop.head0 += g.rank() * l.heads;
+    return l;
+  }
   struct Part {
     const Mat* m;
     Index width;  // columns per head group
