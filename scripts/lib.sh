@@ -8,11 +8,18 @@ SHARDALG_PACKAGES=(cmake ninja-build g++ clang pkg-config ccache libeigen3-dev l
 # its tests are skipped, with the reason, where it cannot be installed). About 35 s to install.
 SHARDALG_OPTIONAL_PACKAGES=(python3-torch)
 
-ensure_packages() {
-  local missing=()
-  for p in "${SHARDALG_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+# The packages among its arguments that are not installed, space-separated.
+missing_packages() {
+  local out=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || out+=("$p")
   done
+  echo "${out[*]}"
+}
+
+ensure_packages() {
+  local missing
+  read -r -a missing <<< "$(missing_packages "${SHARDALG_PACKAGES[@]}")"
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -eq 0 ]; then
     echo "== installing: ${missing[*]}"
@@ -28,10 +35,8 @@ ensure_packages() {
 
 # Installs what it can of SHARDALG_OPTIONAL_PACKAGES (as root); a failure is a line, not an exit.
 ensure_optional_packages() {
-  local missing=()
-  for p in "${SHARDALG_OPTIONAL_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
+  local missing
+  read -r -a missing <<< "$(missing_packages "${SHARDALG_OPTIONAL_PACKAGES[@]}")"
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -eq 0 ]; then
     echo "== installing (optional): ${missing[*]}"

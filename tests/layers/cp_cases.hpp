@@ -72,23 +72,38 @@ struct Result {
   double o, lse, dq, dk, dv;
   Index blocks;
 };
+/// One case's inputs: the whole batch's Q, K, V, dO (double), the whole computation, this rank's
+/// rows in T.
+template <class T>
+struct Case {
+  using MT = typename shardalg::nn::RingAttention<T>::Mat;
+  Dense ref;
+  shardalg::nn::CpTokens tok;
+  shardalg::nn::RingAttentionConfig cfg;
+  MT q, k, v, dout;
+  Case(const shardalg::Group& g, const Shape& s, bool overlap, unsigned seed) {
+    const Index n = s.batch * s.seq;
+    const Md qd = random(n, s.heads * s.d, seed), kd = random(n, s.groups * s.d, seed + 1), vd = random(n, s.groups * s.d, seed + 2),
+             dd = random(n, s.heads * s.d, seed + 3);
+    ref = dense_attention(s, qd, kd, vd, dd);
+    tok = {s.seq, s.batch, g.size(), g.rank()};
+    cfg = {s.heads, s.groups, s.d, overlap};
+    q = tok.take(qd).template cast<T>();
+    k = tok.take(kd).template cast<T>();
+    v = tok.take(vd).template cast<T>();
+    dout = tok.take(dd).template cast<T>();
+  }
+  /// ‖got − this rank's rows of want‖ / ‖those rows‖.
+  double err(const MT& got, const Md& want) const { return rel(got.template cast<double>(), tok.take(want)); }
+};
+
 template <class T>
 Result ring_case(shardalg::Group& g, const Shape& s, bool overlap, unsigned seed = 1) {
   using RA = shardalg::nn::RingAttention<T>;
-  using MT = typename RA::Mat;
-  const Index n = s.batch * s.seq;
-  const Md q = random(n, s.heads * s.d, seed), k = random(n, s.groups * s.d, seed + 1), v = random(n, s.groups * s.d, seed + 2),
-           dout = random(n, s.heads * s.d, seed + 3);
-  const Dense ref = dense_attention(s, q, k, v, dout);
-  const shardalg::nn::CpTokens tok{s.seq, s.batch, g.size(), g.rank()};
-  const shardalg::nn::RingAttentionConfig cfg{s.heads, s.groups, s.d, overlap};
-  const MT ql = tok.take(q).template cast<T>(), kl = tok.take(k).template cast<T>(), vl = tok.take(v).template cast<T>(),
-           dol = tok.take(dout).template cast<T>();
-  const auto f = RA::forward(g, tok, cfg, ql, kl, vl);
-  const auto gr = RA::backward(g, tok, cfg, ql, kl, vl, f, dol);
-  return {rel(f.o.template cast<double>(), tok.take(ref.o)), rel(f.lse.template cast<double>(), tok.take(ref.lse)),
-          rel(gr.dq.template cast<double>(), tok.take(ref.dq)), rel(gr.dk.template cast<double>(), tok.take(ref.dk)),
-          rel(gr.dv.template cast<double>(), tok.take(ref.dv)), f.blocks};
+  const Case<T> c(g, s, overlap, seed);
+  const auto f = RA::forward(g, c.tok, c.cfg, c.q, c.k, c.v);
+  const auto gr = RA::backward(g, c.tok, c.cfg, c.q, c.k, c.v, f, c.dout);
+  return {c.err(f.o, c.ref.o), c.err(f.lse, c.ref.lse), c.err(gr.dq, c.ref.dq), c.err(gr.dk, c.ref.dk), c.err(gr.dv, c.ref.dv), f.blocks};
 }
 
 /// The same for all-to-all (Ulysses) attention; also its distance from the ring's results.
@@ -101,23 +116,14 @@ UlyssesResult ulysses_case(shardalg::Group& g, const Shape& s, unsigned seed = 1
   using UA = shardalg::nn::UlyssesAttention<T>;
   using RA = shardalg::nn::RingAttention<T>;
   using MT = typename UA::Mat;
-  const Index n = s.batch * s.seq;
-  const Md q = random(n, s.heads * s.d, seed), k = random(n, s.groups * s.d, seed + 1), v = random(n, s.groups * s.d, seed + 2),
-           dout = random(n, s.heads * s.d, seed + 3);
-  const Dense ref = dense_attention(s, q, k, v, dout);
-  const shardalg::nn::CpTokens tok{s.seq, s.batch, g.size(), g.rank()};
-  const shardalg::nn::RingAttentionConfig cfg{s.heads, s.groups, s.d, true};
-  const MT ql = tok.take(q).template cast<T>(), kl = tok.take(k).template cast<T>(), vl = tok.take(v).template cast<T>(),
-           dol = tok.take(dout).template cast<T>();
-  const auto f = UA::forward(g, tok, cfg, ql, kl, vl);
-  const auto gr = UA::backward(g, tok, cfg, f, dol);
-  const auto rf = RA::forward(g, tok, cfg, ql, kl, vl);
-  const auto rg = RA::backward(g, tok, cfg, ql, kl, vl, rf, dol);
+  const Case<T> c(g, s, true, seed);
+  const auto f = UA::forward(g, c.tok, c.cfg, c.q, c.k, c.v);
+  const auto gr = UA::backward(g, c.tok, c.cfg, f, c.dout);
+  const auto rf = RA::forward(g, c.tok, c.cfg, c.q, c.k, c.v);
+  const auto rg = RA::backward(g, c.tok, c.cfg, c.q, c.k, c.v, rf, c.dout);
   auto d = [](const MT& a, const MT& b) { return rel(a.template cast<double>(), b.template cast<double>()); };
   const double vs = std::max({d(f.o, rf.o), d(gr.dq, rg.dq), d(gr.dk, rg.dk), d(gr.dv, rg.dv)});
-  return {{rel(f.o.template cast<double>(), tok.take(ref.o)), 0, rel(gr.dq.template cast<double>(), tok.take(ref.dq)),
-           rel(gr.dk.template cast<double>(), tok.take(ref.dk)), rel(gr.dv.template cast<double>(), tok.take(ref.dv)), 0},
-          vs};
+  return {{c.err(f.o, c.ref.o), 0, c.err(gr.dq, c.ref.dq), c.err(gr.dk, c.ref.dk), c.err(gr.dv, c.ref.dv), 0}, vs};
 }
 
 }  // namespace cpt
