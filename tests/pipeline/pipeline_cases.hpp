@@ -27,6 +27,8 @@ using Ids = std::vector<std::int64_t>;
 /// What one run varies.
 struct Setup {
   int dp = 1, pp = 1, tp = 1;
+  int cp = 1;        // context parallelism: a cp axis between pp and tp
+  bool a2a = false;  // attention over cp by all-to-all (else the ring)
   std::string schedule = "1F1B";  // AFAB, 1F1B, interleaved (v = 2), ZB-H1
   int m = 4;                      // micro-batches per replica
   bool dealloc = false, varlen = false, overlap = false, sp = false;
@@ -35,7 +37,7 @@ struct Setup {
   int ignored = -1;      // a global token index whose target is ignore_index (−1: none)
   [[nodiscard]] int v() const { return schedule == "interleaved" ? 2 : 1; }
   [[nodiscard]] std::string name() const {
-    return shardalg::detail::cat("dp ", dp, " pp ", pp, " tp ", tp, " ", schedule, " m ", m, dealloc ? " dealloc" : "",
+    return shardalg::detail::cat("dp ", dp, " pp ", pp, cp > 1 ? shardalg::detail::cat(" cp ", cp, a2a ? " a2a" : " ring") : "", " tp ", tp, " ", schedule, " m ", m, dealloc ? " dealloc" : "",
                                  varlen ? " varlen" : "", overlap ? " overlap" : "", sp ? " sp" : "");
   }
 };
@@ -180,7 +182,7 @@ struct RankOut {
 template <bool SP>
 RankOut run_rank(const Setup& s, const nn::GptConfig& c, const nn::Masters& m, const Batch& b, const Mesh& mesh) {
   const auto lay = pipeline::parse_layout(layout(s), s.pp, c.layers);
-  auto model = nn::PipelineGpt<double, SP>::init(c, lay, mesh, &m);
+  auto model = nn::PipelineGpt<double, SP>::init(c, lay, mesh, &m, s.a2a ? nn::CpAlgo::all_to_all : nn::CpAlgo::ring);
   const int d = mesh.has("dp") ? mesh.coord("dp") : 0;
   model.set_microbatches(b.replicas[static_cast<std::size_t>(d)], s.scaling, b.counted);
   pipeline::ExecOptions o;

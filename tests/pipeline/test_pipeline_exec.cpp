@@ -24,21 +24,22 @@ namespace {
 
 /// Run `s` on threads: every rank's output, by world rank.
 std::vector<pc::RankOut> run_world(const pc::Setup& s, const nn::GptConfig& c, const nn::Masters& m, const pc::Batch& b) {
-  const int world = s.dp * s.pp * s.tp;
+  const int world = s.dp * s.pp * s.cp * s.tp;
   std::vector<pc::RankOut> out(static_cast<std::size_t>(world));
   run_ranks(world, [&](ThreadComm& comm) {
-    Mesh mesh(Group(comm), {{"dp", s.dp}, {"pp", s.pp}, {"tp", s.tp}});
+    Mesh mesh = s.cp > 1 ? Mesh(Group(comm), {{"dp", s.dp}, {"pp", s.pp}, {"cp", s.cp}, {"tp", s.tp}})
+                         : Mesh(Group(comm), {{"dp", s.dp}, {"pp", s.pp}, {"tp", s.tp}});
     out[static_cast<std::size_t>(comm.rank())] = pc::run_rank(s, c, m, b, mesh);
   });
   return out;
 }
 
-/// The gradients of replica d: every pp stage's tensors (tp rank 0's copy; all tp ranks gathered
-/// the same), merged; and whether the tied embedding's two copies agree.
-nn::Masters merge(const pc::Setup& s, const std::vector<pc::RankOut>& out, int d) {
+/// The gradients of replica d, cp rank c: every pp stage's tensors (tp rank 0's copy; all tp ranks
+/// gathered the same), merged.
+nn::Masters merge(const pc::Setup& s, const std::vector<pc::RankOut>& out, int d, int c = 0) {
   nn::Masters all;
   for (int r = 0; r < s.pp; ++r)
-    for (const auto& [name, x] : out[static_cast<std::size_t>((d * s.pp + r) * s.tp)].grads) all[name] = x;
+    for (const auto& [name, x] : out[static_cast<std::size_t>(((d * s.pp + r) * s.cp + c) * s.tp)].grads) all[name] = x;
   return all;
 }
 
@@ -161,6 +162,95 @@ TEST_CASE("DP × PP × TP equals the dense model: every schedule, ± deallocatio
     }
   }
   CHECK(runs == 48);
+}
+
+TEST_CASE("DP × PP × CP × TP equals the dense model: ring and all-to-all, every schedule, ± SP") {
+  // X[cp:Row] crosses the stages; each block's attention runs over cp; the gradients (G[cp:Partial])
+  // and the loss are reduced over dp × cp. 8 threads per run.
+  struct Run {
+    int dp, pp, cp, tp;
+    const char* schedule;
+    bool a2a, sp, dealloc;
+  };
+  const std::vector<Run> runs = {
+      {1, 2, 2, 2, "1F1B", false, false, false},        {1, 2, 2, 2, "ZB-H1", true, true, true},
+      {2, 2, 2, 1, "interleaved", false, false, true}, {2, 2, 2, 1, "AFAB", true, false, false},
+      {1, 2, 4, 1, "ZB-H1", false, false, false},
+  };
+  for (const auto& r : runs) {
+    pc::Setup s;
+    s.dp = r.dp, s.pp = r.pp, s.cp = r.cp, s.tp = r.tp, s.schedule = r.schedule, s.m = 4;
+    s.a2a = r.a2a, s.sp = r.sp, s.dealloc = r.dealloc, s.overlap = r.dealloc;
+    CAPTURE(s.name());
+    const auto c = pc::config(s);
+    const auto m = pc::masters(c, 31);
+    const auto b = pc::batch(s, c, 131);
+    const auto want = pc::dense(s, c, m, b, c.seed ^ 0x9E3779B97F4A7C15ULL);
+    const auto out = run_world(s, c, m, b);
+    for (const auto& o : out) CHECK(std::abs(o.loss - want.loss) <= 1e-12 * std::abs(want.loss));
+    const auto got = merge(s, out, 0);
+    const auto worst = pc::worst_error(got, want.grads);
+    const double err = worst.first;
+    const std::string at = worst.second;
+    CAPTURE(at);
+    CHECK(err <= 1e-12);
+    for (int d = 0; d < s.dp; ++d)
+      for (int k = 0; k < s.cp; ++k) CHECK(merge(s, out, d, k) == got);  // every replica and cp rank: the same gradients
+  }
+}
+
+TEST_CASE("DP × PP × CP: per-micro-batch loss scaling divides by the micro-batch's count over whole sequences") {
+  // An ignored target in one cp rank's chunk: that rank counts 3 of its 4 targets, the micro-batch 7
+  // of 8. Dividing by the local count instead would weigh that chunk's tokens by 1/3, not 1/7.
+  pc::Setup s;
+  s.dp = 2, s.pp = 2, s.cp = 2, s.tp = 1, s.schedule = "1F1B", s.m = 4, s.dropout = 0.0;
+  s.ignored = 3;
+  s.scaling = nn::LossScaling::microbatches;
+  const auto c = pc::config(s);
+  const auto m = pc::masters(c, 9);
+  const auto b = pc::batch(s, c, 19);
+  double mean_of_means = 0;
+  nn::Masters avg;
+  const auto g = gt::dense_gpt(c, m, 0, pc::kSeq);
+  for (const auto& rep : b.replicas)
+    for (const auto& mb : rep) {
+      const auto o = ref::gpt_forward(g, mb.tokens, mb.targets, 0.0, c.ignore_index);
+      const double w = 1.0 / (s.m * s.dp);
+      mean_of_means += w * o.mean;
+      for (const auto& [name, x] : gt::dense_grads(c, ref::gpt_backward(g, mb.tokens, o), w)) {
+        auto it = avg.find(name);
+        if (it == avg.end()) avg.emplace(name, x);
+        else it->second += x;
+      }
+    }
+  const auto out = run_world(s, c, m, b);
+  CHECK(std::abs(out[0].loss - mean_of_means) <= 1e-12 * mean_of_means);
+  const auto worst = pc::worst_error(merge(s, out, 0), avg);
+  const double err = worst.first;
+  const std::string at = worst.second;
+  CAPTURE(at);
+  CHECK(err <= 1e-12);
+}
+
+TEST_CASE("DP × PP × CP: sequences that do not split into 2·cp chunks are refused by name") {
+  pc::Setup s;
+  s.pp = 2, s.cp = 2, s.tp = 1, s.m = 2, s.dropout = 0.0;
+  const auto c = pc::config(s);
+  const auto m = pc::masters(c, 3);
+  run_ranks(4, [&](ThreadComm& comm) {
+    Mesh mesh(Group(comm), {{"pp", 2}, {"cp", 2}, {"tp", 1}});
+    auto model = nn::PipelineGpt<double>::init(c, pipeline::parse_layout(pc::layout(s), 2, c.layers), mesh, &m);
+    nn::MicroBatch mb;
+    mb.seq = 6, mb.sequences = 1, mb.tokens.assign(6, 1), mb.targets.assign(6, 2);
+    CHECK_THROWS_WITH_AS(model.set_microbatches({mb}, nn::LossScaling::tokens, 6),
+                         "PipelineGpt: micro-batch 0 has sequences of 6, not divisible by 2·cp = 4 (context parallelism: two chunks per rank)",
+                         DivisibilityError);
+    nn::GptConfig bad = c;
+    bad.seq = 6;
+    CHECK_THROWS_WITH_AS(nn::PipelineGpt<double>::init(bad, pipeline::parse_layout(pc::layout(s), 2, c.layers), mesh, &m),
+                         "context parallelism: sequence length 6 is not divisible by 2·cp = 4 (two chunks per rank, for the causal balance)",
+                         DivisibilityError);
+  });
 }
 
 TEST_CASE("the simulated CUDA world's protocol (host memory) runs the pipeline too: isend/irecv, splits") {

@@ -2,7 +2,8 @@
 // MpiComm meshes dp × pp × tp = 2 × 2 × 2 and 1 × 4 × 2 (MPI_Isend / MPI_Irecv between the stages,
 // MPI_Comm_split for the axes and the embedding group) for AFAB, 1F1B, interleaved 1F1B and ZB-H1,
 // with and without output deallocation, variable sequence lengths and overlapped receives, against
-// the dense model (reference/dense_layers.hpp). Each rank checks the gradients of the layers its stages
+// the dense model (reference/dense_layers.hpp); and pp × cp × tp = 2 × 2 × 2 with attention over cp
+// (ring, all-to-all). Each rank checks the gradients of the layers its stages
 // hold (and how many tensors that is); together they cover the model.
 #include <doctest/doctest.h>
 
@@ -60,6 +61,31 @@ TEST_CASE("MPI: DP × PP × TP on 8 processes equals the dense model, every sche
         CHECK(out.grads.size() == expected_tensors(s, mesh.coord("pp")));
       }
     }
+  }
+}
+
+TEST_CASE("MPI: PP × CP × TP = 2 × 2 × 2 equals the dense model, ring and all-to-all") {
+  MpiComm world(MPI_COMM_WORLD);
+  REQUIRE(world.size() == 8);
+  for (bool a2a : {false, true}) {
+    pc::Setup s;
+    s.pp = 2, s.cp = 2, s.tp = 2, s.schedule = a2a ? "ZB-H1" : "1F1B", s.m = 4, s.a2a = a2a, s.sp = a2a, s.overlap = true;
+    CAPTURE(s.name());
+    const auto c = pc::config(s);
+    const auto m = pc::masters(c, 77);
+    const auto b = pc::batch(s, c, 177);
+    const auto want = pc::dense(s, c, m, b, c.seed ^ 0x9E3779B97F4A7C15ULL);
+    Mesh mesh(Group(world), {{"pp", s.pp}, {"cp", s.cp}, {"tp", s.tp}});
+    const auto out = pc::run_rank(s, c, m, b, mesh);
+    CHECK(std::abs(out.loss - want.loss) <= 1e-12 * std::abs(want.loss));
+    nn::Masters mine;
+    for (const auto& [name, x] : out.grads) mine[name] = want.grads.at(name);
+    const auto worst = pc::worst_error(out.grads, mine);
+    const double err = worst.first;
+    const std::string at = worst.second;
+    CAPTURE(at);
+    CHECK(err <= 1e-12);
+    CHECK(out.grads.size() == expected_tensors(s, mesh.coord("pp")));
   }
 }
 

@@ -105,7 +105,7 @@ Parsed parse_options(int argc, char** argv) {
   integer_option(app, flags, "--tp", o.tp, "tensor-parallel size (threads); under mpirun the process count", 1);
   integer_option(app, flags, "--dp", o.dp,
                  "data-parallel replicas: a dp × tp mesh (threads: dp·tp ranks; mpirun: the process count is dp·tp)", 1);
-  integer_option(app, flags, "--cp", o.cp, "context-parallel ranks: a dp × cp × tp mesh, the sequence split over cp (DataParallelGpt)", 1);
+  integer_option(app, flags, "--cp", o.cp, "context-parallel ranks: a dp × cp × tp mesh (with --pp: dp × pp × cp × tp), the sequence split over cp", 1);
   app.add_option("--cp-algo", o.cp_algo, "attention over cp: ring (K/V around a ring) or a2a (all-to-all, heads for sequence)")
       ->check(CLI::IsMember({"ring", "a2a"}))
       ->capture_default_str();

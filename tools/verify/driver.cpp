@@ -62,8 +62,9 @@ int run_all(const Options& o, int p, Group* mpi_world, int mpi_rank) {
   // One rank of the world: with --dp, the mesh dp × tp; the layer-by-layer run on its tp group
   // (every replica runs the whole batch, rank 0's is reported), then DataParallelGpt on the mesh.
   auto one_rank = [&](Group world, bool is_root) {
-    if (o.pp > 1 || o.microbatches > 0) {  // --pp: a dp × pp × tp mesh; the layer-by-layer run on each tp group
-      const Mesh mesh(world, {{"dp", o.dp}, {"pp", o.pp}, {"tp", p}});
+    if (o.pp > 1 || o.microbatches > 0) {  // --pp: a dp × pp (× cp) × tp mesh; the layer-by-layer run on each tp group
+      const Mesh mesh = o.cp > 1 ? Mesh(world, {{"dp", o.dp}, {"pp", o.pp}, {"cp", o.cp}, {"tp", p}})
+                                 : Mesh(world, {{"dp", o.dp}, {"pp", o.pp}, {"tp", p}});
       if (o.sp) run_rank<T, true>(mesh.group("tp"), o, dm, is_root ? &res : nullptr, prog);
       else run_rank<T, false>(mesh.group("tp"), o, dm, is_root ? &res : nullptr, prog);
       if (is_root) prog("pipeline " + o.schedule + " on the mesh", true);
@@ -99,16 +100,17 @@ int run_all(const Options& o, int p, Group* mpi_world, int mpi_rank) {
                                 : fmt::format("MpiComm ({} processes)", p);
     if (o.cp > 1) res.backend_name = fmt::format("MpiComm ({} processes: dp {} × cp {} × tp {})", p * o.dp * o.cp, o.dp, o.cp, p);
     if (o.pp > 1)
-      res.backend_name = fmt::format("MpiComm ({} processes: dp {} × pp {} × tp {})", p * o.dp * o.pp, o.dp, o.pp, p);
+      res.backend_name = fmt::format("MpiComm ({} processes: dp {} × pp {}{} × tp {})", p * o.dp * o.pp * o.cp, o.dp, o.pp,
+                                     o.cp > 1 ? fmt::format(" × cp {}", o.cp) : "", p);
     one_rank(*mpi_world, root);
   } else {
     res.backend_name = o.dp > 1 ? fmt::format("ThreadComm ({} ranks as threads: dp {} × tp {})", p * o.dp, o.dp, p)
                                 : fmt::format("ThreadComm ({} ranks as threads in this process)", p);
-    if (o.pp > 1)
-      res.backend_name = fmt::format("ThreadComm ({} ranks as threads: dp {} × pp {} × tp {})", p * o.dp * o.pp, o.dp,
-                                     o.pp, p);
     if (o.cp > 1)
       res.backend_name = fmt::format("ThreadComm ({} ranks as threads: dp {} × cp {} × tp {})", p * o.dp * o.cp, o.dp, o.cp, p);
+    if (o.pp > 1)
+      res.backend_name = fmt::format("ThreadComm ({} ranks as threads: dp {} × pp {}{} × tp {})", p * o.dp * o.pp * o.cp, o.dp,
+                                     o.pp, o.cp > 1 ? fmt::format(" × cp {}", o.cp) : "", p);
     run_ranks(p * o.dp * o.pp * o.cp, [&](ThreadComm& c) { one_rank(Group(c), c.rank() == 0); });
   }
   progress.done();

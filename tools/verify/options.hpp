@@ -158,7 +158,6 @@ inline void validate(const Options& o, int p) {
   if (o.zero && o.dp < 2) throw ConfigError("--zero shards the optimizer over data-parallel replicas: it needs --dp 2 or more");
   positive("--pp", o.pp);
   positive("--cp", o.cp);
-  if (o.cp > 1 && (o.pp > 1 || o.microbatches > 0)) throw ConfigError(cat("--cp ", o.cp, " is not combined with --pp (the pipeline run has no context parallelism)"));
   if (o.cp > 1 && o.dump.size()) throw ConfigError(cat("--dump writes a tensor-parallel run (and --sp); not one with --cp ", o.cp));
   if (o.cp > 1 && o.seq % (2 * o.cp) != 0)
     throw ConfigError(cat("--seq ", o.seq, " is not divisible by 2 × --cp = ", 2 * o.cp, " (each cp rank holds two chunks of every sequence)"));

@@ -1,5 +1,5 @@
 // tools/verify/pipeline.hpp — `--pp N --schedule NAME`: the GPT cut into pipeline stages on a
-// dp × pp × tp mesh (nn::PipelineGpt run by pipeline::Executor), one step on the global batch
+// dp × pp × tp mesh (× cp with --cp: each stage's activations X[cp:Row], attention over cp) (nn::PipelineGpt run by pipeline::Executor), one step on the global batch
 // against the dense reference of the whole batch: the loss and every gradient; its point-to-point
 // traffic on the pp axis beside the count from the schedule; the peak bytes each stage held
 // between ops; with --trace, the schedule as executed, one row per rank (Chrome trace).
@@ -11,7 +11,7 @@
 //   analytic p2p  rank 0 of the world (pp rank 0): one send per F of a stage that is not the last
 //                 and per backward of a stage that is not the first, one receive per F of a stage
 //                 that is not the first and per backward of a stage that is not the last, each
-//                 (batch/(dp·m))·seq·h elements (÷ tp under SP); no shape messages (the tool's
+//                 (batch/(dp·m))·seq·h elements (÷ tp under SP, ÷ cp); no shape messages (the tool's
 //                 batch has one sequence length)
 #pragma once
 
@@ -74,7 +74,7 @@ inline std::string pp_trace_json(int rank, const pl::RunStats& st) {
 template <class T, bool SP>
 void run_pp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const DenseRun* dense, Row* out,
             PpFigures* figures, std::vector<std::string>* trace) {
-  const int D = raw_mesh.size("dp"), P = raw_mesh.size("tp"), PP = raw_mesh.size("pp");
+  const int D = raw_mesh.size("dp"), P = raw_mesh.size("tp"), PP = raw_mesh.size("pp"), C = raw_mesh.has("cp") ? raw_mesh.size("cp") : 1;
   const double tol = o.tolerance();
   Ledger ledger;
   const Mesh mesh(ledgered(raw_mesh.world(), ledger), raw_mesh.axes());
@@ -82,7 +82,8 @@ void run_pp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   const auto sched = pp_schedule(o);
   const std::string lay = pp_layout(o.layers, PP * sched.v);
   const nn::Masters masters = to_masters(o, dm.g);  // the dense model, by the logical names (as --dp)
-  auto model = nn::PipelineGpt<T, SP>::init(gc, pl::parse_layout(lay, PP, o.layers), mesh, &masters);
+  auto model = nn::PipelineGpt<T, SP>::init(gc, pl::parse_layout(lay, PP, o.layers), mesh, &masters,
+                                            o.cp_algo == "a2a" ? nn::CpAlgo::all_to_all : nn::CpAlgo::ring);
   const int d = mesh.coord("dp");
   const Index per = o.batch / D * o.seq;  // this replica's tokens
   const std::vector<std::int64_t> x(dm.ids.begin() + d * per, dm.ids.begin() + (d + 1) * per);
@@ -105,8 +106,8 @@ void run_pp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   std::vector<double> mine(2, 0.0);
   mine[0] = static_cast<double>(st.peak_bytes);
   const auto peaks = verify::gather_doubles(raw_mesh.world(), mine);
-  std::string packed;  // "name\trows\tcols\tv v v …\n" per tensor this rank reports (tp rank 0, dp 0)
-  if (mesh.coord("tp") == 0 && d == 0)
+  std::string packed;  // "name\trows\tcols\tv v v …\n" per tensor this rank reports (tp rank 0, dp 0, cp 0)
+  if (mesh.coord("tp") == 0 && d == 0 && (C == 1 || mesh.coord("cp") == 0))
     for (const auto& [name, m] : grads) {
       packed += name + "\t" + std::to_string(m.rows()) + "\t" + std::to_string(m.cols()) + "\t";
       for (Index j = 0; j < m.cols(); ++j)
@@ -140,13 +141,13 @@ void run_pp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   }
 
   const std::string label = o.schedule == "afab" ? "AFAB" : o.schedule == "zb-h1" ? "ZB-H1" : o.schedule == "interleaved" ? "int. 1F1B" : "1F1B";
-  Row row("PP=" + std::to_string(PP) + " " + label, "pp", {}, tol);
+  Row row("PP=" + std::to_string(PP) + " " + label, "pp", {}, tol);  // (cp: in the report's header)
   // Point to point on the pp axis during the run, rank 0's, beside the count from the schedule.
   for (std::size_t i = 0; i < after_run; ++i) {
     const auto& e = ledger.entries()[i];
     if (e.axis == "pp" && (e.kind == CollectiveKind::send || e.kind == CollectiveKind::recv)) row.ledger_fwd.add(e);
   }
-  const std::size_t block = static_cast<std::size_t>(per / o.microbatches * o.hidden / (SP ? P : 1)) * sizeof(T);
+  const std::size_t block = static_cast<std::size_t>(per / o.microbatches / C * o.hidden / (SP ? P : 1)) * sizeof(T);
   const int S = sched.stages();
   for (const auto& op : sched.ranks[0]) {
     const int s = sched.stage(0, op.chunk);

@@ -257,6 +257,23 @@ class Attention {
     return {std::move(g1.dx), {std::move(g1.params), std::move(g2.params)}};
   }
 
+  /// dO[C] → dQKV[C]: the attention core's backward — the local heads' (no communication), or
+  /// under context parallelism the ring's or the all-to-all's over cp. The split backward's B
+  /// (nn/layers/split_backward.hpp) calls it too.
+  Sharded<T, ColSharded, B> attention_grad(const Cache& c, const Sharded<T, ColSharded, B>& dout) const {
+    if constexpr (std::is_same_v<B, CpuBackend>)
+      if (c.cp) return attention_grad_cp(c, dout);
+    const auto shape = attn_shape(dout.rows());
+    const auto drop = dropout(dout.group());
+    auto dqkv = [&] {
+      if (!drop.active()) return Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), shape);
+      if constexpr (kernels_drop) return Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), shape, drop);
+      refuse_dropout();
+      return Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), shape);
+    }();
+    return {std::move(dqkv), c.qkv.rows(), c.qkv.cols(), c.qkv.group()};
+  }
+
   void sgd(const ParamGrads& g, T lr) {
     qkv_.sgd(g.qkv, lr);
     proj_.sgd(g.proj, lr);
@@ -367,21 +384,6 @@ class Attention {
       dqkv.middleCols(k * uw + qn, d) = gr.dk.middleCols(k * d, d);
       dqkv.middleCols(k * uw + qn + d, d) = gr.dv.middleCols(k * d, d);
     }
-    return {std::move(dqkv), c.qkv.rows(), c.qkv.cols(), c.qkv.group()};
-  }
-
-  /// dO[C] → dQKV[C]: the local heads' attention backward (no communication).
-  Sharded<T, ColSharded, B> attention_grad(const Cache& c, const Sharded<T, ColSharded, B>& dout) const {
-    if constexpr (std::is_same_v<B, CpuBackend>)
-      if (c.cp) return attention_grad_cp(c, dout);
-    const auto shape = attn_shape(dout.rows());
-    const auto drop = dropout(dout.group());
-    auto dqkv = [&] {
-      if (!drop.active()) return Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), shape);
-      if constexpr (kernels_drop) return Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), shape, drop);
-      refuse_dropout();
-      return Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), shape);
-    }();
     return {std::move(dqkv), c.qkv.rows(), c.qkv.cols(), c.qkv.group()};
   }
 

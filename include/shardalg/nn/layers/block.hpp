@@ -124,6 +124,9 @@ class BlockParts {
     attn_.set_context_parallel(cp, algo);
     drop_attn_.cp = drop_mlp_.cp = Dropout::CpRows{cfg_.seq, cp.size(), cp.rank()};
   }
+  /// The two hidden-dropout sites (after attention, after the MLP), as the block applies them.
+  [[nodiscard]] const Dropout& attn_dropout() const { return drop_attn_; }
+  [[nodiscard]] const Dropout& mlp_dropout() const { return drop_mlp_; }
   /// The dropout masks' seed (vary it per step: a mask is a function of (seed, tensor, index)).
   void set_dropout_seed(std::uint64_t seed) {
     cfg_.dropout_seed = seed;

@@ -62,35 +62,16 @@ struct BlockWeightWork {
 
 namespace detail {
 
-/// The block's two hidden-dropout sites, rebuilt from its config (they are functions of (p, seed,
-/// tensor, global index), so equal to the block's own) with the row base the caller set on it.
+/// The block's two hidden-dropout sites (functions of (p, seed, tensor, global index); under
+/// context parallelism they carry the cp rows), with the row base the caller set on the block.
 struct BlockDropouts {
   Dropout attn, mlp;
 };
-inline BlockDropouts block_dropouts(const BlockConfig& c, Index row_base) {
-  BlockDropouts d{Dropout(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_attn)),
-                  Dropout(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_mlp))};
+template <class Block>
+BlockDropouts block_dropouts(const Block& blk, Index row_base) {
+  BlockDropouts d{blk.attn_dropout(), blk.mlp_dropout()};
   d.attn.row_base = d.mlp.row_base = row_base;
   return d;
-}
-
-/// dO[C] → dQKV[C]: the attention core's backward of `a` (with its attention dropout, when the
-/// attention has one and the backend's kernels take it).
-template <class Attn, class Mat>
-Mat attention_core_grad(const Attn& a, const Mat& qkv, const Mat& probs, const Mat& dout, Index rows, const Group& g) {
-  using Bk = typename Attn::Input::backend;
-  const auto& lay = a.layout();
-  const AttnShape shape{rows / a.config().seq, a.config().seq, lay.units(), lay.q_per_unit(), lay.head_dim};
-  if constexpr (requires { a.dropout(g).active(); }) {
-    const auto drop = a.dropout(g);
-    if (drop.active()) {
-      if constexpr (requires { Kernels<Bk>::causal_attention_grad(qkv, probs, dout, shape, drop); })
-        return Kernels<Bk>::causal_attention_grad(qkv, probs, dout, shape, drop);
-      else
-        throw Error("split backward: attention dropout is not implemented for this backend's kernels");
-    }
-  }
-  return Kernels<Bk>::causal_attention_grad(qkv, probs, dout, shape);
 }
 
 /// dA[C] → dH[C]: the MLP activation's derivative at the cached pre-activation H.
@@ -142,7 +123,7 @@ BlockInputGrads<Block> backward_input(const Block& blk, const typename Block::Ca
   using T = typename In::value_type;
   using Bk = typename In::backend;
   constexpr bool sp = std::is_same_v<typename In::layout, RowSharded>;
-  const auto drop = detail::block_dropouts(blk.config(), row_base);
+  const auto drop = detail::block_dropouts(blk, row_base);
   const auto& mlp = blk.mlp();
   const auto& at = blk.attention();
   BlockWeightWork<Block> w;
@@ -162,9 +143,7 @@ BlockInputGrads<Block> backward_input(const Block& blk, const typename Block::Ca
         if constexpr (sp) w.dz1 = adjoint::reduce_scatter(d);
         else w.dz1 = d;
         Sharded<T, ColSharded, Bk> dout = matmul(w.dz1, transpose(at.proj().weight()));  // dZ1[R]·Woᵀ[C]
-        w.dqkv = Sharded<T, ColSharded, Bk>(
-            detail::attention_core_grad(at, ca.qkv.local(), ca.probs, dout.local(), dout.rows(), dout.group()),
-            ca.qkv.rows(), ca.qkv.cols(), ca.qkv.group());
+        w.dqkv = at.attention_grad(ca, dout);  // the core's backward (over cp under context parallelism)
         Sharded<T, Partial, Bk> dx = matmul(w.dqkv, transpose(at.qkv().weight()));  // dQKV[C]·Wqkvᵀ[Row]
         if constexpr (sp) return adjoint::all_gather<RowSharded>(dx);
         else return adjoint::copy_to(std::move(dx));

@@ -1,5 +1,5 @@
 // shardalg/nn/models/pipeline_gpt.hpp — nn::Gpt cut into pipeline stages: one rank's model chunks on a
-// dp × pp × tp mesh, composed from the layer classes (embedding, blocks, final norm, tied head,
+// dp × pp × cp × tp mesh, composed from the layer classes (embedding, blocks, final norm, tied head,
 // loss), for pipeline::Executor (it satisfies pipeline::StageModel).
 //
 //   Mesh mesh(world, {{"dp", 2}, {"pp", 2}, {"tp", 2}});
@@ -33,6 +33,16 @@
 // after accumulating the micro-batches); the tied embedding over the embedding group; every
 // gradient over dp ("dp.grads"); the loss over pp and dp ("pp.loss"). The gradients are then the
 // whole global batch's (loss scaling: nn/models/pipeline_parts.hpp).
+//
+// Context parallelism (a cp axis of size C > 1): every stage's activations are X[cp:Row, tp:L],
+// this rank's two chunks of every sequence (nn/layers/cp_tokens.hpp), and every block's attention
+// runs over cp (ring or all-to-all: init's `cp_algo`). set_microbatches takes whole micro-batches
+// and keeps this rank's chunks; the pp messages are then (seq / C) · sequences rows. The pp groups
+// are the ranks of one (dp, cp, tp) coordinate, so the cp peers of a stage run the same schedule
+// and meet in the same attention calls. Each cp rank's gradient is its summand (G[cp:Partial]);
+// finish() reduces it with dp's in one all_reduce over the data group dp × cp, and the loss too.
+// Per-micro-batch loss scaling divides by the micro-batch's counted targets over the whole
+// sequence, not by this rank's share.
 //
 // Sequence lengths: a micro-batch of another length than the config's runs on copies of the
 // stage's blocks whose attention is configured for it (the same weights, copied once per length
@@ -100,9 +110,10 @@ class PipelineGpt {
 
   /// This rank's stages of `lay` (PP = lay.pp = the mesh's pp size; layers = cfg.layers),
   /// initialised by global index as nn::Gpt, or from logical masters (Gpt's names). The mesh has
-  /// axes pp and tp, and optionally dp; collective over the pp group (the embedding group's split).
+  /// axes pp and tp, and optionally dp and cp (attention over cp by `cp_algo`); collective over
+  /// the world (the embedding group's and the data group's splits).
   static PipelineGpt init(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh,
-                          const Masters* masters = nullptr);
+                          const Masters* masters = nullptr, CpAlgo cp_algo = CpAlgo::ring);
 
   [[nodiscard]] const GptConfig& config() const { return cfg_; }
   [[nodiscard]] const Mesh& mesh() const { return mesh_; }
@@ -118,15 +129,16 @@ class PipelineGpt {
       for (auto& b : ch.blocks) b.set_dropout_seed(seed_);
   }
 
-  /// This replica's micro-batches for the next run. `global_count`: the counted targets of the
-  /// whole global batch (every replica), for LossScaling::tokens. Resets the gradients.
+  /// This replica's micro-batches for the next run, whole sequences (under cp this rank keeps its
+  /// chunks). `global_count`: the counted targets of the whole global batch (every replica), for
+  /// LossScaling::tokens. Resets the gradients.
   void set_microbatches(std::vector<MicroBatch> mbs, LossScaling scaling, Index global_count = 0);
 
   // ---- pipeline::StageModel ------------------------------------------------------------------
   [[nodiscard]] Group tp() const { return mesh_.group("tp"); }
   [[nodiscard]] pipeline::ActShape shape(int mb) const {
     const auto& b = mbs_.at(static_cast<std::size_t>(mb));
-    return {b.seq, b.sequences, cfg_.hidden};
+    return {b.seq / cp_size(), b.sequences, cfg_.hidden};  // this rank's rows: seq / cp of each sequence
   }
 
   std::optional<Act> forward(int chunk, int mb, std::optional<Act> in, State& st);
@@ -151,19 +163,28 @@ class PipelineGpt {
   Masters grad_masters() const;
 
  private:
-  PipelineGpt(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh, const Masters* m);
+  PipelineGpt(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh, const Masters* m, CpAlgo cp_algo);
 
   [[nodiscard]] int dp_size() const { return mesh_.has("dp") ? mesh_.size("dp") : 1; }
+  [[nodiscard]] int cp_size() const { return mesh_.has("cp") ? mesh_.size("cp") : 1; }
   Dropout emb_dropout(const MicroBatch& b) const {
     Dropout d(cfg_.dropout, seed_, tensor_id(0, embedding_dropout_kind));
     d.row_base = b.row_base;
+    if (cp_size() > 1) d.cp = Dropout::CpRows{b.seq, cp_size(), mesh_.group("cp").rank()};
     return d;
   }
-  Logits loss_grad(const typename Loss::Cache& c) const {
-    if (scaling_ == LossScaling::microbatches)
+  /// What each counted token's loss is divided by: the global batch's count (per token), or
+  /// m · dp · the micro-batch's count (per micro-batch; under cp its count over whole sequences).
+  [[nodiscard]] T loss_denominator(int mb) const {
+    if (scaling_ == LossScaling::tokens) return static_cast<T>(global_count_);
+    return static_cast<T>(mbs_.size() * static_cast<std::size_t>(dp_size())) * static_cast<T>(counts_.at(static_cast<std::size_t>(mb)));
+  }
+  Logits loss_grad(const typename Loss::Cache& c, int mb) const {
+    if (scaling_ == LossScaling::microbatches && cp_size() == 1)
       return loss_fn_.backward_mean(c, T(1) / static_cast<T>(mbs_.size() * static_cast<std::size_t>(dp_size())));
+    const T den = loss_denominator(mb);
     auto g = B::template zeros<T>(c.probs.rows(), 1);
-    for (Index i = 0; i < g.rows(); ++i) g(i, 0) = T(1) / static_cast<T>(global_count_);
+    for (Index i = 0; i < g.rows(); ++i) g(i, 0) = den > T(0) ? T(1) / den : T(0);
     return loss_fn_.backward(c, Sharded<T, Replicated, B>(std::move(g), c.probs.rows(), 1, c.probs.group()));
   }
   void embedding_grad(Chunk& ch, const typename Emb::Cache& c, const Act& dy) {
@@ -175,9 +196,12 @@ class PipelineGpt {
   GptConfig cfg_;
   Mesh mesh_;
   Group emb_group_;
+  Group data_;  // the gradients' and the loss's reduction group (dp × cp, dp-major), when dp · cp > 1
+  CpAlgo cp_algo_ = CpAlgo::ring;
   std::vector<Chunk> chunks_;
   Loss loss_fn_;
-  std::vector<MicroBatch> mbs_;
+  std::vector<MicroBatch> mbs_;  // under cp: seq and sequences whole, tokens and targets this rank's
+  std::vector<Index> counts_;     // each micro-batch's counted targets, whole sequences
   LossScaling scaling_ = LossScaling::microbatches;
   Index global_count_ = 0;
   std::uint64_t seed_ = 0;
@@ -186,13 +210,14 @@ class PipelineGpt {
 
 // ---- PipelineGpt's members defined outside the class (not inline: see nn/models/gpt.hpp).
 template <Element T, bool SP, class B>
-PipelineGpt<T, SP, B> PipelineGpt<T, SP, B>::init(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh, const Masters* masters) {
+PipelineGpt<T, SP, B> PipelineGpt<T, SP, B>::init(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh, const Masters* masters,
+                                                  CpAlgo cp_algo) {
     using shardalg::detail::cat;
     if (!mesh.has("pp") || !mesh.has("tp"))
       throw MeshError(cat("PipelineGpt: the mesh ", mesh.describe(), " needs the axes pp and tp"));
     for (const auto& a : mesh.axes())
-      if (a.name != "dp" && a.name != "pp" && a.name != "tp" && a.size != 1)
-        throw MeshError(cat("PipelineGpt: axis ", a.name, " of size ", a.size, " is not supported (dp, pp, tp)"));
+      if (a.name != "dp" && a.name != "pp" && a.name != "cp" && a.name != "tp" && a.size != 1)
+        throw MeshError(cat("PipelineGpt: axis ", a.name, " of size ", a.size, " is not supported (dp, pp, cp, tp)"));
     if (lay.pp != mesh.size("pp"))
       throw pipeline::PipelineLayoutError(cat("pipeline layout \"", lay.text, "\" is for ", lay.pp,
                                               " pipeline ranks, the mesh has pp = ", mesh.size("pp")));
@@ -201,25 +226,45 @@ PipelineGpt<T, SP, B> PipelineGpt<T, SP, B>::init(const GptConfig& c, const pipe
                                               " decoder layers 't', the model has ", c.layers));
     pipeline::check_buildable(lay);
     Gpt<T, B>::check(c, mesh.size("tp"));
-    return PipelineGpt(c, lay, mesh, masters);
+    if (mesh.has("cp")) CpTokens::check(c.seq, mesh.size("cp"));
+    return PipelineGpt(c, lay, mesh, masters, cp_algo);
   }
 
 template <Element T, bool SP, class B>
 void PipelineGpt<T, SP, B>::set_microbatches(std::vector<MicroBatch> mbs, LossScaling scaling, Index global_count) {
     using shardalg::detail::cat;
-    const int t = tp().size();
+    const int t = tp().size(), cp = cp_size();
+    std::vector<Index> counts;
     for (std::size_t j = 0; j < mbs.size(); ++j) {
-      const auto& b = mbs[j];
+      auto& b = mbs[j];
       if (b.seq < 1 || b.sequences < 1 || static_cast<Index>(b.tokens.size()) != b.rows() || b.targets.size() != b.tokens.size())
         throw ShapeError(cat("PipelineGpt: micro-batch ", j, " has ", b.tokens.size(), " tokens and ", b.targets.size(),
                              " targets for ", b.sequences, " sequences of ", b.seq));
-      if (SP && b.rows() % t != 0)
-        throw DivisibilityError(cat("PipelineGpt: micro-batch ", j, " has ", b.rows(),
-                                    " tokens, not divisible by tensor-parallel size ", t, " (sequence parallelism)"));
+      if (cp > 1 && b.seq % (2 * Index{cp}) != 0)
+        throw DivisibilityError(cat("PipelineGpt: micro-batch ", j, " has sequences of ", b.seq, ", not divisible by 2·cp = ", 2 * cp,
+                                    " (context parallelism: two chunks per rank)"));
+      if (SP && b.rows() / cp % t != 0)
+        throw DivisibilityError(cat("PipelineGpt: micro-batch ", j, " has ", b.rows() / cp, " tokens",
+                                    cp > 1 ? cat(" on each cp rank (", b.rows(), " ÷ cp ", cp, ")") : std::string(),
+                                    ", not divisible by tensor-parallel size ", t, " (sequence parallelism)"));
+      Index n = 0;
+      for (auto y : b.targets) n += y != cfg_.ignore_index;
+      counts.push_back(n);
+      if (cp > 1) {  // this rank's two chunks of every sequence
+        const CpTokens tok{b.seq, b.sequences, cp, mesh_.group("cp").rank()};
+        std::vector<std::int64_t> x(static_cast<std::size_t>(tok.rows())), y(x.size());
+        for (Index i = 0; i < tok.rows(); ++i) {
+          x[static_cast<std::size_t>(i)] = b.tokens[static_cast<std::size_t>(tok.global_row(i))];
+          y[static_cast<std::size_t>(i)] = b.targets[static_cast<std::size_t>(tok.global_row(i))];
+        }
+        b.tokens = std::move(x);
+        b.targets = std::move(y);
+      }
     }
     if (scaling == LossScaling::tokens && global_count < 1)
       throw ShapeError(cat("PipelineGpt: per-token loss scaling needs the global batch's target count, got ", global_count));
     mbs_ = std::move(mbs);
+    counts_ = std::move(counts);
     scaling_ = scaling;
     global_count_ = global_count;
     loss_ = T(0);
@@ -253,8 +298,12 @@ auto PipelineGpt<T, SP, B>::forward(int chunk, int mb, std::optional<Act> in, St
     auto fn = ch.final_norm->forward(x);
     auto head = stages::head<SP>(*ch.emb, tp(), fn.y);
     auto l = stages::loss(loss_fn_, tp(), head.logits, b.targets);
-    loss_ += scaling_ == LossScaling::tokens ? l.losses.local().sum() / static_cast<T>(global_count_)
-                                             : l.mean / static_cast<T>(mbs_.size() * static_cast<std::size_t>(dp_size()));
+    if (scaling_ == LossScaling::microbatches && cp_size() == 1) {
+      loss_ += l.mean / static_cast<T>(mbs_.size() * static_cast<std::size_t>(dp_size()));
+    } else {  // Σ this rank's token losses ÷ the denominator (LossScaling::tokens: as before)
+      const T den = loss_denominator(mb);
+      loss_ += den > T(0) ? l.losses.local().sum() / den : T(0);
+    }
     st.fn = std::move(fn.cache);
     st.head = std::move(head.cache);
     st.loss = std::move(l.cache);
@@ -267,7 +316,7 @@ auto PipelineGpt<T, SP, B>::backward(int chunk, int mb, State& st, std::optional
     const MicroBatch& b = mbs_.at(static_cast<std::size_t>(mb));
     Act g;
     if (ch.loss) {
-      Logits dz = loss_grad(*st.loss);
+      Logits dz = loss_grad(*st.loss, mb);
       st.loss.reset();
       Act gx;
       {
@@ -360,13 +409,18 @@ std::size_t PipelineGpt<T, SP, B>::bytes(const State& st) const {
 
 template <Element T, bool SP, class B>
 PipelineGpt<T, SP, B>::PipelineGpt(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh,
-                                   const Masters* m)
-    : cfg_(c), mesh_(mesh), loss_fn_(c.vocab, CrossEntropyOptions{c.ignore_index, c.label_smoothing}) {
+                                   const Masters* m, CpAlgo cp_algo)
+    : cfg_(c), mesh_(mesh), cp_algo_(cp_algo), loss_fn_(c.vocab, CrossEntropyOptions{c.ignore_index, c.label_smoothing}) {
   const Group& pp = mesh_.group("pp");
   const Group& t = mesh_.group("tp");
   const int r = pp.rank(), p = pp.size();
   // Megatron-LM's embedding group: the first and the last pp rank (the stages with E and L).
   emb_group_ = pp.split(r == 0 || r == p - 1 ? 0 : 1, r, "embedding");
+  // The data group: the ranks of this (pp, tp) coordinate, dp-major (dp × cp; dp alone without cp).
+  if (cp_size() > 1)
+    data_ = mesh_.world().split(r * t.size() + t.rank(), (mesh_.has("dp") ? mesh_.coord("dp") : 0) * cp_size() + mesh_.coord("cp"), "dp");
+  else if (dp_size() > 1)
+    data_ = mesh_.group("dp");
   const InitConfig ic{c.seed, c.init_std, static_cast<int>(c.layers), 0};
   const auto master = [&](const std::string& n) -> const Eigen::MatrixXd* {
     if (!m) return nullptr;
@@ -398,6 +452,8 @@ PipelineGpt<T, SP, B>::PipelineGpt(const GptConfig& c, const pipeline::LayerLayo
         ch.final_norm.emplace(Norm::init(c.hidden, c.norm, t, T(c.eps)));
       }
     }
+    if (cp_size() > 1)
+      for (auto& b : ch.blocks) b.set_context_parallel(mesh_.group("cp"), cp_algo_);
     chunks_.push_back(std::move(ch));
   }
   set_step(0);
@@ -417,6 +473,7 @@ auto PipelineGpt<T, SP, B>::blocks_for(Chunk& ch, Index seq) -> std::vector<Bloc
     typename Block::Attn at(ac, b.attention().layout(), b.attention().qkv(), b.attention().proj());
     copies.emplace_back(bc, b.ln1(), std::move(at), b.ln2(), b.mlp());
     copies.back().set_dropout_seed(seed_);
+    if (cp_size() > 1) copies.back().set_context_parallel(mesh_.group("cp"), cp_algo_);
   }
   return ch.by_seq.emplace(seq, std::move(copies)).first->second;
 }
@@ -464,9 +521,9 @@ T PipelineGpt<T, SP, B>::finish() {
                  ReduceOp::sum, CallInfo{"Partial", "R"});
   }
   (void)r;
-  // 3. Data parallelism: every gradient is this replica's summand of the global batch's.
-  if (dp_size() > 1) {
-    Group d = mesh_.group("dp");
+  // 3. Data (and context) parallelism: every gradient is this rank's summand of the global batch's.
+  if (dp_size() * cp_size() > 1) {
+    Group d = data_;
     auto s = scope(d, "dp.grads");
     const auto reduce = [&](auto& x) {
       d.all_reduce(x.local().data(), static_cast<std::size_t>(x.local().size()), dtype_of<T>, ReduceOp::sum,
@@ -486,7 +543,7 @@ T PipelineGpt<T, SP, B>::finish() {
     }
     if (first && last && first != last) last->demb = first->demb;  // … the other is the same tensor
   }
-  // 4. The loss: on the last stage's ranks; summed over pp (the others hold 0) and dp.
+  // 4. The loss: on the last stage's ranks; summed over pp (the others hold 0) and dp × cp.
   T loss = loss_;
   {
     auto s = scope(pp, "pp.loss");
@@ -494,8 +551,8 @@ T PipelineGpt<T, SP, B>::finish() {
       Group g = pp;
       g.all_reduce(&loss, 1, dtype_of<T>, ReduceOp::sum, CallInfo{"Partial", "R"});
     }
-    if (dp_size() > 1) {
-      Group d = mesh_.group("dp");
+    if (dp_size() * cp_size() > 1) {
+      Group d = data_;
       d.all_reduce(&loss, 1, dtype_of<T>, ReduceOp::sum, CallInfo{"Partial", "R"});
     }
   }
