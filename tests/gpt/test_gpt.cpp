@@ -16,6 +16,7 @@
 #if SHARDALG_TEST_CHECKPOINTS
 #include "shardalg/nn/train/checkpoint.hpp"
 #endif
+#include "shardalg/nn/train/measured_memory.hpp"
 #include "shardalg/reference/dense_layers.hpp"
 #include "testing.hpp"
 
@@ -231,6 +232,68 @@ TEST_CASE("training with attention dropout: the same loss curve at TP = 1, 2, 4,
   MESSAGE("attention dropout 0.1: loss " << base.front() << " -> " << base.back() << " in " << kSteps
                                          << " steps; largest relative difference at TP 2, 4 (± SP) " << worst_diff
                                          << "; against the run without it " << curve_diff(base, plain));
+}
+
+TEST_CASE("activation recomputation: selective and full train to the stored run's bits; the held bytes drop to the formula") {
+  // Dropout 0.1 after each sub-layer and 0.1 on the attention probabilities: the masks are
+  // regenerated from their keys in the recomputed forward, so every loss is equal, not close.
+  const auto cfg = [](bool sp, nn::Recompute r) {
+    auto c = tiny(sp);
+    c.attn_dropout = 0.1;
+    c.recompute = r;
+    return c;
+  };
+  constexpr int kSteps = 4;
+  for (bool sp : {false, true})
+    for (int p : {1, 2}) {
+      if (sp && p == 1) continue;
+      CAPTURE(sp);
+      CAPTURE(p);
+      const auto stored =
+          testing::per_rank<std::vector<double>>(p, [&](const Group& g) { return train<double>(cfg(sp, nn::Recompute::none), g, kSteps); });
+      for (auto r : {nn::Recompute::selective, nn::Recompute::full}) {
+        CAPTURE(static_cast<int>(r));
+        const auto again =
+            testing::per_rank<std::vector<double>>(p, [&](const Group& g) { return train<double>(cfg(sp, r), g, kSteps); });
+        CHECK(again == stored);
+      }
+    }
+  // Bytes held between the forward and the backward (measured from the caches), TP 2, ± SP,
+  // against closed forms written here: selective drops the L·b·(a/t)·s² probabilities; full keeps
+  // each block's input, L·rows·h values (rows = T, or T/t under SP), and nothing else per layer.
+  const auto text = std::string(kText);
+  for (bool sp : {false, true}) {
+    CAPTURE(sp);
+    std::map<int, nn::MemoryReport> rep;
+    for (auto r : {nn::Recompute::none, nn::Recompute::selective, nn::Recompute::full}) {
+      const auto c = cfg(sp, r);
+      const auto b = batch_at(c, text, 0);
+      const auto per = testing::per_rank<nn::MemoryReport>(2, [&](const Group& g) {
+        auto model = nn::Gpt<double>::init(c, g);
+        nn::Adam<double> adam;
+        return nn::measure_memory(model, adam, b.first, b.second);
+      });
+      rep[static_cast<int>(r)] = per[0];
+    }
+    const auto c = tiny(sp);
+    const double L = static_cast<double>(c.layers), T = static_cast<double>(c.tokens()), h = static_cast<double>(c.hidden);
+    const double probs = L * static_cast<double>(c.batch) * (static_cast<double>(c.heads) / 2) * static_cast<double>(c.seq * c.seq) * 8;
+    const auto& none = rep[0].held;
+    const auto& sel = rep[1].held;
+    const auto& full = rep[2].held;
+    CHECK(none.scores == probs);
+    CHECK(sel.scores == 0);
+    CHECK(sel.layers() == none.layers() - probs);
+    CHECK(full.layers() == L * (sp ? T / 2 : T) * h * 8);
+    CHECK(full.block_input == full.layers());
+    CHECK(full.outside() == none.outside());  // the embedding, the stream, the head: unchanged
+    for (int r = 0; r < 3; ++r) {  // the library's own formula, term by term where the layers differ
+      const auto e = nn::expected_activations(cfg(sp, static_cast<nn::Recompute>(r)), 2, sizeof(double));
+      CHECK(rep[r].held.scores == e.scores);
+      CHECK(rep[r].held.block_input == e.block_input);
+      CHECK(rep[r].held.layers() == e.layers());
+    }
+  }
 }
 
 #if SHARDALG_TEST_CHECKPOINTS

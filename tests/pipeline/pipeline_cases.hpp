@@ -29,6 +29,7 @@ struct Setup {
   int dp = 1, pp = 1, tp = 1;
   int cp = 1;        // context parallelism: a cp axis between pp and tp
   bool a2a = false;  // attention over cp by all-to-all (else the ring)
+  nn::Recompute recompute = nn::Recompute::none;
   std::string schedule = "1F1B";  // AFAB, 1F1B, interleaved (v = 2), ZB-H1
   int m = 4;                      // micro-batches per replica
   bool dealloc = false, varlen = false, overlap = false, sp = false;
@@ -51,6 +52,7 @@ inline nn::GptConfig config(const Setup& s) {
   c.batch = s.dp * s.m;  // one sequence per micro-batch
   c.dropout = s.varlen ? 0.0 : s.dropout;
   c.sp = s.sp;
+  c.recompute = s.recompute;
   c.eps = 1.0 / 131072;
   c.seed = 91;
   c.vocab_divisor = 4;

@@ -114,9 +114,10 @@ class Attention {
   struct Cache {
     typename Qkv::Cache qkv_in;
     Sharded<T, ColSharded, B> qkv;
-    typename B::template matrix<T> probs;
+    typename B::template matrix<T> probs;  // P; empty when recomputed (probs_dropped)
     typename Proj::Cache proj;
     std::shared_ptr<const CpCache> cp = nullptr;  // set under context parallelism (probs empty)
+    bool probs_dropped = false;  // selective recomputation: P is recomputed from QKV in the backward
   };
   struct Forward {
     Input z;
@@ -238,6 +239,8 @@ class Attention {
                            : Kernels<B>::causal_attention(f1.y.local(), shape);
     Sharded<T, ColSharded, B> o(std::move(a.out), x.rows(), cfg_.hidden, x.group());
     auto f2 = proj_.forward_partial(o);  // O[C] · Wo[Row] → Partial
+    if (recompute_core_)  // keep QKV, drop the s × s probabilities: the backward recomputes them
+      return {std::move(f2.z), Cache{std::move(f1.cache), std::move(f1.y), {}, std::move(f2.cache), nullptr, true}};
     return {std::move(f2.z), Cache{std::move(f1.cache), std::move(f1.y), std::move(a.probs), std::move(f2.cache)}};
   }
 
@@ -265,11 +268,16 @@ class Attention {
       if (c.cp) return attention_grad_cp(c, dout);
     const auto shape = attn_shape(dout.rows());
     const auto drop = dropout(dout.group());
+    typename B::template matrix<T> recomputed;
+    if (c.probs_dropped)  // selective recomputation: P again, from the cached QKV
+      recomputed = std::move((drop.active() ? attention_dropped(c.qkv.local(), shape, drop)
+                                            : Kernels<B>::causal_attention(c.qkv.local(), shape)).probs);
+    const auto& probs = c.probs_dropped ? recomputed : c.probs;
     auto dqkv = [&] {
-      if (!drop.active()) return Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), shape);
-      if constexpr (kernels_drop) return Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), shape, drop);
+      if (!drop.active()) return Kernels<B>::causal_attention_grad(c.qkv.local(), probs, dout.local(), shape);
+      if constexpr (kernels_drop) return Kernels<B>::causal_attention_grad(c.qkv.local(), probs, dout.local(), shape, drop);
       refuse_dropout();
-      return Kernels<B>::causal_attention_grad(c.qkv.local(), c.probs, dout.local(), shape);
+      return Kernels<B>::causal_attention_grad(c.qkv.local(), probs, dout.local(), shape);
     }();
     return {std::move(dqkv), c.qkv.rows(), c.qkv.cols(), c.qkv.group()};
   }
@@ -288,6 +296,14 @@ class Attention {
     cp_.emplace(CpState{std::move(cp), algo, overlap});
   }
   [[nodiscard]] const Group* context_parallel_group() const { return cp_ ? &cp_->group : nullptr; }
+
+  /// Selective activation recomputation (Megatron's choice): the forward keeps Q, K, V but not the
+  /// softmax probabilities P (b · heads/t · s² values, the largest term); the backward recomputes P
+  /// from Q, K — the same kernel on the same inputs, the attention-dropout mask regenerated from its
+  /// key — so the gradients are bit-identical to the stored run's. Under context parallelism the
+  /// core keeps no P anyway (the ring recomputes it from the log-sum-exp).
+  void set_recompute_core(bool on) { recompute_core_ = on; }
+  [[nodiscard]] bool recompute_core() const { return recompute_core_; }
 
   /// The attention-dropout seed (vary it per step, as the hidden dropout's: nn/layers/block.hpp).
   void set_dropout_seed(std::uint64_t seed) { cfg_.dropout_seed = seed; }
@@ -408,6 +424,7 @@ class Attention {
   Proj proj_;
   Index row_base_ = 0;
   std::optional<CpState> cp_;
+  bool recompute_core_ = false;
 };
 
 }  // namespace shardalg::nn

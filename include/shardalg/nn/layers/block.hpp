@@ -27,6 +27,14 @@
 
 namespace shardalg::nn {
 
+/// Activation recomputation: what a block keeps from its forward for its backward.
+///   none       every cache (the norms' x̂, QKV, P, the MLP's inputs and pre-activation)
+///   selective  all but the attention's s × s probabilities P, recomputed from QKV in the backward
+///   full       the block's input X only; the backward runs the forward again (its collectives too)
+/// Dropout masks are functions of (seed, tensor, global index), so a recomputed forward is the
+/// stored one bit for bit, and so are the gradients.
+enum class Recompute { none, selective, full };
+
 struct BlockConfig {
   Index hidden = 0;
   Index heads = 0;
@@ -41,6 +49,7 @@ struct BlockConfig {
   std::uint64_t dropout_seed = 0;
   std::uint32_t layer = 0;  // keys the dropout masks (and, through InitConfig, the weights)
   double attn_dropout = 0.0;  // dropout on the attention probabilities (nn/layers/attention.hpp), same seed
+  Recompute recompute = Recompute::none;
 
   [[nodiscard]] AttentionConfig attention() const {
     return {hidden, heads, groups, seq, bias, attn_dropout, dropout_seed, layer};
@@ -99,7 +108,9 @@ class BlockParts {
         ln2_(std::move(ln2)),
         mlp_(std::move(mlp)),
         drop_attn_(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_attn)),
-        drop_mlp_(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_mlp)) {}
+        drop_mlp_(c.dropout, c.dropout_seed, tensor_id(c.layer, TensorKind::dropout_mlp)) {
+    attn_.set_recompute_core(c.recompute == Recompute::selective);
+  }
 
   [[nodiscard]] const BlockConfig& config() const { return cfg_; }
   [[nodiscard]] const Norm& ln1() const { return ln1_; }
@@ -123,6 +134,12 @@ class BlockParts {
   void set_context_parallel(const Group& cp, CpAlgo algo = CpAlgo::ring) {
     attn_.set_context_parallel(cp, algo);
     drop_attn_.cp = drop_mlp_.cp = Dropout::CpRows{cfg_.seq, cp.size(), cp.rank()};
+  }
+  /// What the forward keeps for the backward (see Recompute).
+  [[nodiscard]] Recompute recompute() const { return cfg_.recompute; }
+  void set_recompute(Recompute r) {
+    cfg_.recompute = r;
+    attn_.set_recompute_core(r == Recompute::selective);
   }
   /// The two hidden-dropout sites (after attention, after the MLP), as the block applies them.
   [[nodiscard]] const Dropout& attn_dropout() const { return drop_attn_; }
@@ -208,6 +225,7 @@ class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B>
     typename Attn::Cache attn;
     typename Norm::template Cache<Replicated> ln2;
     typename MlpT::Cache mlp;
+    std::optional<Input> input;  // Recompute::full: the block's input only, the fields above empty
   };
   struct Forward {
     Input y;
@@ -229,7 +247,22 @@ class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B>
     MlpT::check(c.mlp(), p);
   }
 
+  /// Y = block(X). Under Recompute::full the cache is X alone (see backward and restore).
   Forward forward(const Input& x) const {
+    auto f = forward_stored(x);
+    if (this->cfg_.recompute == Recompute::full) {
+      Cache c;
+      c.input = x;
+      f.cache = std::move(c);
+    }
+    return f;
+  }
+  /// Full recomputation: the caches again from the kept input (bit for bit the stored forward's,
+  /// its collectives included); a cache that is not a kept input is returned as it is.
+  Cache restore(const Cache& c) const { return c.input ? forward_stored(*c.input).cache : c; }
+
+  /// The forward with every cache kept (what forward does without full recomputation).
+  Forward forward_stored(const Input& x) const {
     auto l1 = ln1_.forward(x);
     auto a = [&] {
       auto s = detail::maybe_scope(x.group(), "attn");
@@ -253,6 +286,7 @@ class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B>
 
   /// detail::block_backward with the layers' own backward passes (f's all_reduce inside each).
   Grads backward(const Cache& c, const Input& dy) const {
+    if (c.input) return backward(forward_stored(*c.input).cache, dy);  // full recomputation
     ParamGrads p;
     auto r = detail::block_backward(
         *this, c, dy, drop_attn_, drop_mlp_,

@@ -55,6 +55,7 @@ class SequenceParallelBlock : public detail::BlockParts<SequenceParallelBlock<T,
     typename Attn::Cache attn;
     typename Norm::template Cache<RowSharded> ln2;
     typename MlpT::Cache mlp;
+    std::optional<Input> input;  // Recompute::full: the block's input only, the fields above empty
   };
   struct Forward {
     Input y;
@@ -82,7 +83,22 @@ class SequenceParallelBlock : public detail::BlockParts<SequenceParallelBlock<T,
                                                     " tokens are not divisible by tensor-parallel size ", p));
   }
 
+  /// Y = block(X). Under Recompute::full the cache is X alone (see backward and restore).
   Forward forward(const Input& x) const {
+    auto f = forward_stored(x);
+    if (this->cfg_.recompute == Recompute::full) {
+      Cache c;
+      c.input = x;
+      f.cache = std::move(c);
+    }
+    return f;
+  }
+  /// Full recomputation: the caches again from the kept input (bit for bit the stored forward's,
+  /// its collectives included); a cache that is not a kept input is returned as it is.
+  Cache restore(const Cache& c) const { return c.input ? forward_stored(*c.input).cache : c; }
+
+  /// The forward with every cache kept (what forward does without full recomputation).
+  Forward forward_stored(const Input& x) const {
     check_tokens(x.rows(), x.size());
     auto l1 = ln1_.forward(x);  // on the shard
     auto a = [&] {
@@ -105,6 +121,7 @@ class SequenceParallelBlock : public detail::BlockParts<SequenceParallelBlock<T,
   /// detail::block_backward with each sub-layer entered by reduce_scatter's adjoint (all_gather
   /// T·h) and left by all_gather's (reduce_scatter T·h); the norm weights' gradients stay Partial.
   Grads backward(const Cache& c, const Input& dy) const {
+    if (c.input) return backward(forward_stored(*c.input).cache, dy);  // full recomputation
     ParamGrads p;
     auto r = detail::block_backward(
         *this, c, dy, drop_attn_, drop_mlp_,

@@ -66,6 +66,7 @@ struct GptConfig {
   double dropout = 0.0;  // after the embedding and after each sub-layer
   double attn_dropout = 0.0;  // on the attention probabilities (nn/layers/attention.hpp)
   bool sp = false;       // sequence parallelism
+  Recompute recompute = Recompute::none;  // what each block keeps for its backward (nn/layers/block.hpp)
   std::uint64_t seed = 1234;
   double init_std = 0.02;
   Index vocab_divisor = 128;  // pad the vocabulary to a multiple of vocab_divisor · TP
@@ -87,6 +88,7 @@ struct GptConfig {
     c.eps = eps;
     c.dropout = dropout;
     c.attn_dropout = attn_dropout;
+    c.recompute = recompute;
     c.dropout_seed = seed;
     c.layer = layer;
     return c;

@@ -352,6 +352,7 @@ auto PipelineGpt<T, SP, B>::backward(int chunk, int mb, State& st, std::optional
         detail::add_block(ch.acc[k], std::move(gr.params));
         st.caches[k] = {};
       } else {
+        if (st.caches[k].input) st.caches[k] = blocks[k].restore(st.caches[k]);  // full recomputation: W needs the caches too
         auto bi = backward_input(blocks[k], st.caches[k], g, b.row_base);
         g = std::move(bi.dx);
         st.work[k] = std::move(bi.work);

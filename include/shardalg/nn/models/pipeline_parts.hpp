@@ -109,7 +109,7 @@ template <class C>
 std::size_t block_cache_bytes(const C& c) {
   return local_bytes(c.ln1.xhat) + matrix_bytes(c.ln1.rstd) + local_bytes(c.attn.qkv_in.x) + local_bytes(c.attn.qkv) +
          matrix_bytes(c.attn.probs) + local_bytes(c.attn.proj.h) + local_bytes(c.ln2.xhat) + matrix_bytes(c.ln2.rstd) +
-         local_bytes(c.mlp.fc1.x) + local_bytes(c.mlp.h) + local_bytes(c.mlp.fc2.h);
+         local_bytes(c.mlp.fc1.x) + local_bytes(c.mlp.h) + local_bytes(c.mlp.fc2.h) + (c.input ? local_bytes(*c.input) : std::size_t{0});
 }
 }  // namespace pp
 

@@ -25,6 +25,8 @@
 //     fc1_output  T·(f/t)·e             GeLU's input H (SwiGLU: 2f/t)
 //     fc2_input   T·(f/t)·e             GeLU's output
 //   dropout masks: none (recomputed from the seed in backward, nn/layers/dropout.hpp).
+//   recomputation (GptConfig::recompute, nn/layers/block.hpp): selective drops `scores`; full keeps
+//     block_input rows·h·e          each block's input, and none of the terms above
 #pragma once
 
 #include <cstddef>
@@ -50,6 +52,7 @@ struct ActivationTerms {
   double fc1_output = 0;
   double fc2_input = 0;
   double cp_attention = 0;  // context parallelism: the attention core's Q, K, V (unpacked), O and log-sum-exp
+  double block_input = 0;   // full recomputation: each block's input, the only thing it keeps
   // outside the layers
   double embedding_ids = 0;     // the token ids the embedding's backward scatters into (int64)
   double embedding_output = 0;  // the embedding's output, alive until the backward ends
@@ -62,7 +65,8 @@ struct ActivationTerms {
   double loss_tokens = 0;       // per-token losses (e), targets (int64) and active flags (char)
 
   [[nodiscard]] double layers() const {
-    return norm_xhat + norm_rstd + qkv_input + qkv + scores + proj_input + fc1_input + fc1_output + fc2_input + cp_attention;
+    return norm_xhat + norm_rstd + qkv_input + qkv + scores + proj_input + fc1_input + fc1_output + fc2_input + cp_attention +
+           block_input;
   }
   [[nodiscard]] double outside() const {
     return embedding_ids + embedding_output + stream + final_norm_output + final_norm_cache + head_input + logits +
@@ -122,6 +126,7 @@ void add_block_cache(ActivationTerms& a, const C& c) {
   a.fc1_input += local_bytes(c.mlp.fc1.x);
   a.fc1_output += local_bytes(c.mlp.h);
   a.fc2_input += local_bytes(c.mlp.fc2.h);
+  if (c.input) a.block_input += local_bytes(*c.input);
   if (const auto& cp = c.attn.cp) {
     a.cp_attention += matrix_bytes(cp->q) + matrix_bytes(cp->k) + matrix_bytes(cp->v);
     if (cp->ring) a.cp_attention += matrix_bytes(cp->ring->o) + matrix_bytes(cp->ring->lse);
@@ -154,6 +159,11 @@ inline ActivationTerms expected_activations(const GptConfig& c, int tp, std::siz
   a.fc1_input = L * T * h * e;
   a.fc1_output = L * T * (ffn_out / t) * e;
   a.fc2_input = L * T * (static_cast<double>(c.ffn_size()) / t) * e;
+  if (c.recompute == Recompute::selective) a.scores = 0;  // P recomputed in the backward
+  if (c.recompute == Recompute::full) {                   // each block keeps its input X[L] alone
+    a = ActivationTerms{};
+    a.block_input = L * rows * h * e;
+  }
   a.embedding_ids = T * 8;
   a.embedding_output = rows * h * e;
   a.stream = rows * h * e;
