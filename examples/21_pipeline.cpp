@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
       flight_ok = flight_ok && sim.peak_in_flight[static_cast<std::size_t>(r)] == f;
     }
     char frac[48];
-    if (zb_short) std::snprintf(frac, sizeof frac, "(2p + 2m − 1 − 3m)/3m");
+    if (zb_short) std::snprintf(frac, sizeof frac, "(2p − m − 1)/(3m)");
     else std::snprintf(frac, sizeof frac, "%s = %ld/%ld", name == "interleaved" ? "(p−1)/(v·m)" : name == "zb-h1" ? "(p−1)/(3m)" : "(p−1)/m", num / g, den / g);
     std::printf("  %-17s  %8g   %14.6f   %s  %s (%s)\n", s.name.c_str(), sim.makespan, sim.bubble_fraction, pad(frac, 19).c_str(),
                 flight.c_str(), formula.c_str());
