@@ -109,6 +109,11 @@ Parsed parse_options(int argc, char** argv) {
   app.add_option("--cp-algo", o.cp_algo, "attention over cp: ring (K/V around a ring) or a2a (all-to-all, heads for sequence)")
       ->check(CLI::IsMember({"ring", "a2a"}))
       ->capture_default_str();
+  app.add_option("--recompute", o.recompute,
+                 "activation recomputation: none, selective (the attention's probabilities again in the backward) or full "
+                 "(each block keeps its input; the backward runs its forward again)")
+      ->check(CLI::IsMember({"none", "selective", "full"}))
+      ->capture_default_str();
   app.add_flag("--zero", o.zero, "with --dp: the sharded optimizer (ZeRO-1: reduce_scatter + all_gather over dp)");
   integer_option(app, flags, "--bucket", o.bucket, "with --dp: values per gradient bucket (0: one bucket per tensor)",
                  std::size_t{0});

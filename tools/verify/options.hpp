@@ -38,6 +38,7 @@ struct Options {
   bool sp = false;
   int cp = 1;                          // --cp: context-parallel ranks, a dp × cp × tp mesh (tools/verify/data_parallel.hpp)
   std::string cp_algo = "ring";        // --cp-algo: ring or a2a
+  std::string recompute = "none";      // --recompute: none, selective or full (nn/layers/block.hpp)
   int layers = 2;
   Index hidden = 64, heads = 8, groups = 0, ffn = 0, seq = 32, batch = 2, vocab = 1000, vocab_divisor = 128;
   std::string dtype = "double";
@@ -59,6 +60,9 @@ struct Options {
   [[nodiscard]] Index num_groups() const { return groups == 0 ? heads : groups; }
   [[nodiscard]] nn::Activation activation() const {
     return act == "swiglu" ? nn::Activation::swiglu : act == "gelu-erf" ? nn::Activation::gelu_erf : nn::Activation::gelu_tanh;
+  }
+  [[nodiscard]] nn::Recompute recompute_kind() const {
+    return recompute == "full" ? nn::Recompute::full : recompute == "selective" ? nn::Recompute::selective : nn::Recompute::none;
   }
   [[nodiscard]] nn::NormKind norm_kind() const { return norm == "rmsnorm" ? nn::NormKind::rms : nn::NormKind::layer; }
   [[nodiscard]] bool is_double() const { return dtype == "double"; }
@@ -91,6 +95,7 @@ inline nn::BlockConfig block_config(const Options& o, int layer) {
   c.ffn = o.ffn_size();
   c.act = o.activation();
   c.norm = o.norm_kind();
+  c.recompute = o.recompute_kind();
   c.bias = !o.no_bias;
   c.eps = kEps;
   c.dropout = o.dropout;
@@ -107,6 +112,7 @@ inline nn::GptConfig gpt_config(const Options& o, bool sp) {
   gc.layers = o.layers, gc.seq = o.seq, gc.batch = o.batch, gc.activation = o.activation(), gc.norm = o.norm_kind();
   gc.bias = !o.no_bias, gc.eps = kEps, gc.dropout = o.dropout, gc.sp = sp, gc.seed = o.seed;
   gc.attn_dropout = o.attn_dropout;
+  gc.recompute = o.recompute_kind();
   gc.vocab_divisor = o.vocab_divisor;
   return gc;
 }

@@ -82,6 +82,7 @@ std::string format_json(const Options& o, int p, const RankResult& r, bool pass,
                  {"dp", r.dp},
                  {"cp", o.cp},
                  {"cp_algo", o.cp_algo},
+                 {"recompute", o.recompute},
                  {"zero", o.zero},
                  {"bucket_elements", o.bucket}};
   if (r.dp_figures.zero)

@@ -77,7 +77,8 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
                  o.attn_dropout > 0 ? fmt::format(", attention dropout {:g}", o.attn_dropout) : "", o.dtype);
   fmt::format_to(out, "sharded  TP={}{}{}{} on {}, {}\n", p, r.dp > 1 ? fmt::format(" × DP={}", r.dp) : "",
                  o.pp > 1 ? fmt::format(" × PP={}", o.pp) : "", o.cp > 1 ? fmt::format(" × CP={} ({})", o.cp, o.cp_algo) : "", r.backend_name,
-                 o.sp ? "sequence parallel" : "no sequence parallelism");
+                 fmt::format("{}{}", o.sp ? "sequence parallel" : "no sequence parallelism",
+                             o.recompute != "none" ? fmt::format(", {} recomputation", o.recompute) : std::string()));
   const double beta = r.cal.link.beta_bytes_per_second;
   fmt::format_to(out, "link     α = {}, β = {}  (fitted on this group: all-reduce of 4 KiB … 1 MiB, fastest of 9)\n",
                  format_time(r.cal.link.alpha_seconds), std::isfinite(beta) ? fmt::format("{:.3g} GB/s", beta / 1e9) : "∞");

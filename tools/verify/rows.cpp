@@ -62,6 +62,11 @@ void assemble_rows(std::vector<Row>& rows, Row gr, const Options& o, int p, bool
       t->add(AG, each, static_cast<std::size_t>(lc.all_gathers));
       t->add(RS, each, static_cast<std::size_t>(lc.reduce_scatters));
     }
+    if (o.recompute == "full") {  // the backward runs the block's forward again, its collectives too
+      row.analytic_bwd.add(AR, each, static_cast<std::size_t>(lc.all_reduces));
+      row.analytic_bwd.add(AG, each, static_cast<std::size_t>(lc.all_gathers));
+      row.analytic_bwd.add(RS, each, static_cast<std::size_t>(lc.reduce_scatters));
+    }
     if (SP) row.analytic_bwd.add(AR, norm_grad, 2);  // reduce_grads: γ ‖ β of both norms
     if (o.num_groups() < p)  // GQA with K/V copies on several ranks: the replica sync (nn/layers/attention.hpp)
       row.analytic_bwd.add(AR, static_cast<std::size_t>((h + (o.no_bias ? 0 : 1)) * 2 * o.num_groups() * (h / o.heads)) * elem);

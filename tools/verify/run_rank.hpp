@@ -368,7 +368,7 @@ void run_rank(Group raw, const Options& o, const DenseModel& dm, RankResult* out
                                           gp.attn.proj.db, gp.ln2.dgamma, gp.ln2.dbeta, gp.mlp.fc1.dw, gp.mlp.fc1.db,
                                           gp.mlp.fc2.dw, gp.mlp.fc2.db));
       const double act = double(sum_bytes(c.ln1.xhat, c.ln1.rstd, c.attn.qkv_in.x, c.attn.qkv, c.attn.probs,
-                                          c.attn.proj.h, c.ln2.xhat, c.ln2.rstd, c.mlp.fc1.x, c.mlp.h, c.mlp.fc2.h));
+                                          c.attn.proj.h, c.ln2.xhat, c.ln2.rstd, c.mlp.fc1.x, c.mlp.h, c.mlp.fc2.h, c.input));
       mem.insert(mem.end(), {par, grd, act});
     }
     mem.insert(mem.end(), {double(sum_bytes(lnf->gamma(), lnf->beta())), double(sum_bytes(fgp->dgamma, fgp->dbeta)),

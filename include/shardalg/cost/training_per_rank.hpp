@@ -41,6 +41,7 @@
 #include "shardalg/cost/alpha_beta.hpp"
 #include "shardalg/cost/memory_formulas.hpp"
 #include "shardalg/cost/playbook.hpp"
+#include "shardalg/cost/recompute.hpp"
 #include "shardalg/cost/transformer.hpp"
 
 namespace shardalg::cost {
@@ -59,11 +60,6 @@ inline constexpr NamedModel gpt3_175b{"gpt3-175b", 12288, 96, 96, 50257, 2048};
 /// Megatron-LM's 8.3B: h 3072, 72 layers, 32 heads, vocabulary 51200 (padded), sequence 1024.
 inline constexpr NamedModel megatron_8_3b{"megatron-8.3b", 3072, 72, 32, 51200, 1024};
 
-enum class Recompute { none, selective, full };
-
-constexpr std::string_view to_string(Recompute r) {
-  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
-}
 
 /// Activation bytes saved per layer and rank (Korthikanti et al. 2022, Table 2).
 constexpr double activation_bytes_per_layer(const TransformerShape& x, int tp, bool sequence_parallel, Recompute r) {

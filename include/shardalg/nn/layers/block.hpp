@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "shardalg/comm/communicator.hpp"
+#include "shardalg/cost/recompute.hpp"
 #include "shardalg/nn/layers/attention.hpp"
 #include "shardalg/nn/layers/dropout.hpp"
 #include "shardalg/nn/layers/mlp.hpp"
@@ -27,13 +28,13 @@
 
 namespace shardalg::nn {
 
-/// Activation recomputation: what a block keeps from its forward for its backward.
+/// Activation recomputation (cost/recompute.hpp): what a block keeps from its forward for its backward.
 ///   none       every cache (the norms' x̂, QKV, P, the MLP's inputs and pre-activation)
 ///   selective  all but the attention's s × s probabilities P, recomputed from QKV in the backward
 ///   full       the block's input X only; the backward runs the forward again (its collectives too)
 /// Dropout masks are functions of (seed, tensor, global index), so a recomputed forward is the
 /// stored one bit for bit, and so are the gradients.
-enum class Recompute { none, selective, full };
+using cost::Recompute;
 
 struct BlockConfig {
   Index hidden = 0;
