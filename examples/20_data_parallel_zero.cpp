@@ -123,28 +123,30 @@ Run on_mesh(const nn::GptConfig& c, const Args& a, bool zero) {
   Run out;
   std::mutex m;
   run_ranks(a.dp * a.tp, [&](ThreadComm& comm) {
+    double params = 0, grads = 0;
+    long psi = 0;
+    const auto held = [&](auto& dpgpt) {  // the bytes of parameters and gradients this rank stores
+      dpgpt.replica().visit([&](const nn::ParamInfo&, const auto& w, const auto& g) {
+        psi += static_cast<long>(w.local().size());
+        params += static_cast<double>(w.local().size()) * sizeof(double);
+        grads += static_cast<double>(g.local().size()) * sizeof(double);
+      });
+    };
     Ledger ledger;
+    std::vector<double> curve;
     Mesh mesh(ledgered(comm, ledger), {{"dp", a.dp}, {"tp", a.tp}});
     nn::DataParallelGpt<double>::Options o;
     o.bucket_elements = std::size_t{1} << 30;  // one bucket, so one step has one gradient collective
     auto model = nn::DataParallelGpt<double>::init(c, mesh, o);
     nn::Adam<double> adam(kAdam);
     nn::ShardedAdam<double> sharded(kAdam);  // ZeRO-1
-    std::vector<double> curve;
-    double params = 0, grads = 0;
-    long psi = 0;
     for (long s = 0; s < a.steps; ++s) {
       const auto [x, y] = batch_at(c, s);
       ledger.clear();
-      curve.push_back(model.forward_backward(x, y));
-      if (s + 1 == a.steps && comm.rank() == 0)  // the gradients live from the backward to the step
-        model.replica().visit([&](const nn::ParamInfo&, const auto& w, const auto& g) {
-          psi += static_cast<long>(w.local().size());
-          params += static_cast<double>(w.local().size()) * sizeof(double);
-          grads += static_cast<double>(g.local().size()) * sizeof(double);
-        });
-      if (zero) model.step(sharded, 1.0);
-      else model.step(adam, 1.0);
+      curve.push_back(model.forward_backward(x, y));  // replica d: sequences [d·b/D, (d + 1)·b/D)
+      if (s + 1 == a.steps) held(model);              // the gradients live from the backward to the step
+      if (zero) model.step(sharded, 1.0);  // reduce_scatter<dp>, Adam on my slice, all_gather<dp>
+      else model.step(adam, 1.0);          // all_reduce<dp> of the bucket, Adam on every replica
     }
     if (comm.rank() != 0) return;
     std::lock_guard lk(m);
