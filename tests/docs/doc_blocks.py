@@ -11,10 +11,16 @@ Every ```cpp block is one of
                  in that file of the repository (a test compiles that file: the compile-fail labs).
 A ```text block marked `<!-- doc-test: diagnostic E123 -->` must be part of that ID's text in
 include/shardalg/base/diagnostics.hpp (spaces and line breaks aside).
+A ```text block marked `<!-- doc-test: output EXAMPLE -->` is an output: examples/EXAMPLE.cpp run
+with no arguments prints it, byte for byte, on stdout. The block stands for its lines each ended by
+a newline: the program's stdout ends with one, and a blank line before the closing fence is an
+empty line the program prints. One marked block per example (the test is named after it).
 
-  doc_blocks.py --root DIR --out DIR   write the programs, their expected outputs and one file of
-                                       fragments; print the count of each kind
-  doc_blocks.py --root DIR --check     check the copies and the diagnostics; exit 1 on a mismatch
+  doc_blocks.py --root DIR --out DIR   write the programs, their expected outputs, one file of
+                                       fragments and outputs/EXAMPLE.expected per marked output;
+                                       print the count of each kind
+  doc_blocks.py --root DIR --check     check the copies, the diagnostics and that each marked
+                                       output names an example; exit 1 on a mismatch
 A block that is none of these fails both.
 """
 import argparse
@@ -76,13 +82,20 @@ def squash(s):
 
 def collect(root):
     """The classified blocks and the problems found."""
-    progs, frags, copies, diags, problems = [], [], [], [], []
+    progs, frags, copies, diags, outputs, problems = [], [], [], [], [], []
     for path in pages(root):
         listed = list(blocks(path))
         for n, (lang, line, mark, body, prev) in enumerate(listed):
             where = f'{os.path.relpath(path, root)}:{line}'
             if lang == 'text' and mark and mark.startswith('diagnostic'):
                 diags.append((where, mark.split()[1], '\n'.join(body)))
+                continue
+            if mark and mark.split()[0] == 'output':
+                parts = mark.split()
+                if lang != 'text' or len(parts) != 2:
+                    problems.append(f'{where}: "{mark}" must be one example\'s name on a ```text block')
+                else:
+                    outputs.append((where, parts[1], '\n'.join(body) + '\n'))
                 continue
             if lang not in ('cpp', 'c++'):
                 continue
@@ -104,11 +117,11 @@ def collect(root):
             else:
                 problems.append(f'{where}: a C++ block that is neither a program (no main) nor marked '
                                 f'(<!-- doc-test: fragment HARNESS --> or <!-- doc-test: same-as PATH -->)')
-    return progs, frags, copies, diags, problems
+    return progs, frags, copies, diags, outputs, problems
 
 
 def check(root):
-    progs, frags, copies, diags, problems = collect(root)
+    progs, frags, copies, diags, outputs, problems = collect(root)
     for where, target, body in copies:
         p = os.path.join(root, target)
         if not os.path.isfile(p):
@@ -125,11 +138,19 @@ def check(root):
             problems.append(f'{where}: diagnostic {ident} is not in the catalogue')
         elif not any(shown in squash(t) for t in cat[ident]):
             problems.append(f'{where}: the text shown is not {ident}\'s text in base/diagnostics.hpp')
-    return progs, frags, copies, diags, problems
+    seen = {}
+    for where, example, text in outputs:
+        if not re.fullmatch(r'[A-Za-z0-9_]+', example) or not os.path.isfile(os.path.join(root, 'examples', example + '.cpp')):
+            problems.append(f'{where}: output {example}: no such program examples/{example}.cpp')
+        elif example in seen:
+            problems.append(f'{where}: output {example} is marked already at {seen[example]}')
+        else:
+            seen[example] = where
+    return progs, frags, copies, diags, outputs, problems
 
 
 def write(root, out):
-    progs, frags, copies, diags, problems = check(root)
+    progs, frags, copies, diags, outputs, problems = check(root)
     os.makedirs(os.path.join(out, 'programs'), exist_ok=True)
     names = []
     for where, name, body, expected in progs:
@@ -160,10 +181,22 @@ def write(root, out):
     with open(os.path.join(out, 'fragments.cpp'), 'w', encoding='utf-8') as f:
         f.write('// The marked fragments of README.md and docs/, each in its harness (generated).\n')
         f.write('\n'.join(includes) + '\n\n' + '\n'.join(units))
+    # the marked outputs: one expected file per example, written afresh (an unmarked one disappears)
+    os.makedirs(os.path.join(out, 'outputs'), exist_ok=True)
+    for old in glob.glob(os.path.join(out, 'outputs', '*.expected')):
+        os.remove(old)
+    examples = []
+    for where, example, text in outputs:
+        if example in examples or any(p.startswith(f'{where}: ') for p in problems):
+            continue
+        open(os.path.join(out, 'outputs', example + '.expected'), 'w', encoding='utf-8').write(text)
+        examples.append(example)
     with open(os.path.join(out, 'programs.cmake'), 'w', encoding='utf-8') as f:
         f.write('set(SHARDALG_DOC_PROGRAMS ' + ' '.join(names) + ')\n')
+        f.write('set(SHARDALG_DOC_OUTPUTS ' + ' '.join(examples) + ')\n')
         f.write('set(SHARDALG_DOC_PAGES ' + ' '.join(p.replace(os.sep, '/') for p in pages(root)) + ')\n')
-    print(f'doc blocks: {len(progs)} programs, {len(frags)} fragments, {len(copies)} copies, {len(diags)} diagnostics')
+    print(f'doc blocks: {len(progs)} programs, {len(frags)} fragments, {len(copies)} copies, {len(diags)} diagnostics, '
+          f'{len(examples)} outputs')
     return problems
 
 
@@ -177,9 +210,9 @@ def main():
     if a.out:
         problems = write(root, a.out)
     else:
-        progs, frags, copies, diags, problems = check(root)
+        progs, frags, copies, diags, outputs, problems = check(root)
         print(f'doc blocks: {len(progs)} programs, {len(frags)} fragments, {len(copies)} copies, '
-              f'{len(diags)} diagnostics; every C++ block classified')
+              f'{len(diags)} diagnostics, {len(outputs)} outputs; every C++ block classified')
     for p in problems:
         print(p)
     return 1 if problems and a.check else 0
