@@ -5,7 +5,10 @@
 //
 // In shardalg the second mistake does not compile: `map(Z_partial, gelu)` is [shardalg.E110].
 // Here we make it by hand on the local summands, to see the number it would produce.
+//
+//   01_linearity [--tp 4] [--tokens 4] [--hidden 8]
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "check.hpp"
@@ -14,13 +17,17 @@
 using namespace shardalg;
 using Mat = CpuBackend::matrix<double>;
 
-int main() {
-  const int P = 4;
-  const Mat X = example::matrix(4, 8, 1), A = example::matrix(8, 8, 2);
+int main(int argc, char** argv) {
+  int P = 4;
+  Index T = 4, h = 8;
+  const example::Flags flags("01_linearity", argc, argv, {{"tp", &P}, {"tokens", &T}, {"hidden", &h}});
+  flags.require(P >= 2 && h % P == 0, "--hidden " + std::to_string(h) + " must be divisible by --tp " + std::to_string(P) + " (tp ≥ 2)");
+  const Mat X = example::matrix(T, h, 1), A = example::matrix(h, h, 2);
   const auto gelu = [](double v) { return example::gelu(v); };
   const Mat XA = X * A;
   const Mat ref = XA.unaryExpr(gelu);
-  std::printf("Y = GeLU(X·A), X 4x8, A 8x8, on P = %d ThreadComm ranks\n\n", P);
+  std::printf("Y = GeLU(X·A), X %lldx%lld, A %lldx%lld, on P = %d ThreadComm ranks\n\n", (long long)T, (long long)h,
+              (long long)h, (long long)h, P);
 
   ErrorReport col, linear, wrong, right;
   std::vector<double> z00(P);

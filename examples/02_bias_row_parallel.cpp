@@ -5,7 +5,10 @@
 //   b/P before              Σ_r (Z_r + b/P) = Z + b
 //   rank 0 only             (Z_0 + b) + Σ_{r>0} Z_r = Z + b
 //   every rank adds b       Σ_r (Z_r + b) = Z + P·b        wrong: add_bias on Partial is [shardalg.E111]
+//
+//   02_bias_row_parallel [--tp 4] [--tokens 6] [--in 8] [--out 5]
 #include <cstdio>
+#include <string>
 
 #include "check.hpp"
 #include "shardalg/shardalg.hpp"
@@ -13,11 +16,16 @@
 using namespace shardalg;
 using Mat = CpuBackend::matrix<double>;
 
-int main() {
-  const int P = 4;
-  const Mat X = example::matrix(6, 8, 3), W = example::matrix(8, 5, 4), b = example::matrix(1, 5, 5);
+int main(int argc, char** argv) {
+  int P = 4;
+  Index T = 6, n_in = 8, n_out = 5;
+  const example::Flags flags("02_bias_row_parallel", argc, argv, {{"tp", &P}, {"tokens", &T}, {"in", &n_in}, {"out", &n_out}});
+  flags.require(P >= 2 && n_in % P == 0, "--in " + std::to_string(n_in) + " must be divisible by --tp " + std::to_string(P) + " (tp ≥ 2)");
+  flags.require(n_out >= 2, "--out must be at least 2 (the output shows two columns)");
+  const Mat X = example::matrix(T, n_in, 3), W = example::matrix(n_in, n_out, 4), b = example::matrix(1, n_out, 5);
   const Mat ref = (X * W).rowwise() + b.row(0);
-  std::printf("Y = X·W + b, X 6x8 ColSharded, W 8x5 RowSharded, b 1x5, P = %d\n\n", P);
+  std::printf("Y = X·W + b, X %lldx%lld ColSharded, W %lldx%lld RowSharded, b 1x%lld, P = %d\n\n", (long long)T,
+              (long long)n_in, (long long)n_in, (long long)n_out, (long long)n_out, P);
 
   ErrorReport after, scaled, rank0, wrong;
   Mat wrong_minus_ref;
@@ -52,7 +60,7 @@ int main() {
   example::check(rank0.max_abs < 1e-12, "rank 0 only is right");
   std::printf("4. + b on every rank, then sum:   max error %.3g  (wrong)\n", wrong.max_abs);
   // The wrong result is off by exactly (P−1)·b in every row.
-  const Mat expected_excess = Mat::Ones(6, 1) * (b * (P - 1));
+  const Mat expected_excess = Mat::Ones(T, 1) * (b * (P - 1));
   const double excess_err = (wrong_minus_ref - expected_excess).cwiseAbs().maxCoeff();
   std::printf("   wrong − right = (P−1)·b in every row: first row %+.4f %+.4f …, (P−1)·b = %+.4f %+.4f …\n",
               wrong_minus_ref(0, 0), wrong_minus_ref(0, 1), (P - 1) * b(0, 0), (P - 1) * b(0, 1));

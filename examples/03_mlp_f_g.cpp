@@ -4,6 +4,8 @@
 //   backward  dZ[R] →g*(identity)→ dH[C] = dZ · W2ᵀ[C] (local); dA = dH ⊙ GeLU'(A)
 //             dX = dA · W1ᵀ[Row] → Partial →f*(all_reduce)→ dX[R];  dW1 = Xᵀ·dA [C], dW2 = Hᵀ·dZ [Row]
 // One all-reduce forward (g), one backward (f's adjoint), of T·h values each.
+//
+//   03_mlp_f_g [--tp 4] [--tokens 8] [--hidden 8]        (ffn = 4 · hidden)
 #include <cstdio>
 
 #include "check.hpp"
@@ -12,9 +14,12 @@
 using namespace shardalg;
 using Mat = CpuBackend::matrix<double>;
 
-int main() {
-  const int P = 4;
-  const Index T = 8, h = 8, f = 32;
+int main(int argc, char** argv) {
+  int P = 4;
+  Index T = 8, h = 8;
+  const example::Flags flags("03_mlp_f_g", argc, argv, {{"tp", &P}, {"tokens", &T}, {"hidden", &h}});
+  const Index f = 4 * h;
+  flags.require(f % P == 0, "ffn 4·hidden = " + std::to_string(f) + " must be divisible by --tp " + std::to_string(P));
   const Mat X = example::matrix(T, h, 10), W1 = example::matrix(h, f, 11), b1 = example::matrix(1, f, 12);
   const Mat W2 = example::matrix(f, h, 13), b2 = example::matrix(1, h, 14), G = example::matrix(T, h, 15);
   const auto gelu = [](double v) { return example::gelu(v); };
@@ -85,6 +90,7 @@ int main() {
   std::printf("\nledger (rank 0):\n%s\n", table.c_str());
   example::check(fwd_ar == 1 && bwd_ar == 1 && total == 2, "one all-reduce forward (g), one backward (f*), nothing else");
   example::check(fwd_bytes == T * h * sizeof(double) && bwd_bytes == T * h * sizeof(double),
-                 "each all-reduces T·h values: 8·8 doubles = 512 bytes");
+                 example::fmt("each all-reduces T·h values: %lld·%lld doubles = %lld bytes", (long long)T, (long long)h,
+                              (long long)(T * h * 8)));
   return example::finish("03_mlp_f_g");
 }

@@ -4,8 +4,11 @@
 //   S = stack over heads of Q_j·K_jᵀ/√d   a·T rows; rank r's heads are its row block → S[Row]
 //   softmax_rows(S[Row])             row-wise on RowSharded: local (on C or Partial it would not compile)
 //   O[C] = per head softmax(S_j)·V_j; O[C] · Wo[Row] → Partial → all_reduce → R: the block's one g
+//
+//   04_attention_heads [--tp 2] [--tokens 6] [--hidden 8] [--heads 4]
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "check.hpp"
 #include "shardalg/shardalg.hpp"
@@ -13,9 +16,14 @@
 using namespace shardalg;
 using Mat = CpuBackend::matrix<double>;
 
-int main() {
-  const int P = 2;
-  const Index T = 6, h = 8, a = 4, dh = h / a;
+int main(int argc, char** argv) {
+  int P = 2;
+  Index T = 6, h = 8, a = 4;
+  const example::Flags flags("04_attention_heads", argc, argv, {{"tp", &P}, {"tokens", &T}, {"hidden", &h}, {"heads", &a}});
+  flags.require(a % P == 0, "--heads " + std::to_string(a) + " must be divisible by --tp " + std::to_string(P));
+  flags.require(h % a == 0 && h / a >= 2, "--hidden " + std::to_string(h) + " must be divisible by --heads " +
+                                              std::to_string(a) + " with at least 2 dimensions per head");
+  const Index dh = h / a;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
   const Mat X = example::matrix(T, h, 20), Wq = example::matrix(h, h, 21), Wk = example::matrix(h, h, 22);
   const Mat Wv = example::matrix(h, h, 23), Wo = example::matrix(h, h, 24);
