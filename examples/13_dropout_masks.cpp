@@ -3,7 +3,11 @@
 // keep(seed, i, j) is a function of the seed and the GLOBAL row and column only (a counter-based
 // hash, as Philox is), so each rank generates exactly its own block of one global mask. A mask
 // keyed by (seed + rank, local index) — what per-rank RNG streams amount to — is not.
+//
+//   13_dropout_masks [--tp 4] [--tokens 16] [--hidden 24] [--p 0.1] [--seed 1234]
+#include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "check.hpp"
 #include "shardalg/shardalg.hpp"
@@ -26,16 +30,21 @@ static Mat mask_block(const Sharded<double, L>& x, std::uint64_t seed, double p,
   return m;
 }
 
-int main() {
-  const int P = 4;
-  const Index T = 16, h = 24;
-  const std::uint64_t seed = 1234;
-  const double p = 0.1;
+int main(int argc, char** argv) {
+  int P = 4;
+  Index T = 16, h = 24;
+  long long seed_flag = 1234;
+  double p = 0.1;
+  const example::Flags flags("13_dropout_masks", argc, argv,
+                             {{"tp", &P}, {"tokens", &T}, {"hidden", &h}, {"p", &p}, {"seed", &seed_flag}});
+  flags.require(T % P == 0 && h % P == 0, "--tokens and --hidden must be divisible by --tp " + std::to_string(P));
+  flags.require(p > 0 && p < 1, "--p must lie strictly between 0 and 1");
+  const std::uint64_t seed = static_cast<std::uint64_t>(seed_flag);
   const Mat X = example::matrix(T, h, 50);
   Mat dense_mask(T, h);
   for (Index i = 0; i < T; ++i)
     for (Index j = 0; j < h; ++j) dense_mask(i, j) = keep(seed, i, j, p);
-  std::printf("dropout p=%.1f on a %lldx%lld activation, P=%d; mask keyed by (seed, global row, global col)\n\n", p,
+  std::printf("dropout p=%.4g on a %lldx%lld activation, P=%d; mask keyed by (seed, global row, global col)\n\n", p,
               (long long)T, (long long)h, P);
 
   Mat row_mask, col_mask, row_rank, col_rank, row_y, col_y;
@@ -60,8 +69,8 @@ int main() {
   example::check(row_mask == dense_mask && col_mask == dense_mask, "Row and C shards gather to the same dense mask, bit for bit");
   example::check(row_y == col_y, "the dropped-out activation is the same in both layouts");
   const double kept = dense_mask.sum();
-  std::printf("kept %.0f of %lld = %.3f (expected 1 − p = 0.9; ±4σ = ±%.0f entries)\n", kept, (long long)(T * h),
-              kept / (T * h), 4 * std::sqrt(T * h * p * (1 - p)));
+  std::printf("kept %.0f of %lld = %.3f (expected 1 − p = %.4g; ±4σ = ±%.0f entries)\n", kept, (long long)(T * h),
+              kept / (T * h), 1 - p, 4 * std::sqrt(T * h * p * (1 - p)));
   example::check(std::abs(kept - T * h * (1 - p)) < 4 * std::sqrt(T * h * p * (1 - p)), "the keep rate is 1 − p");
 
   const auto mismatches = [&](const Mat& m) { return static_cast<int>((m - dense_mask).cwiseAbs().sum()); };

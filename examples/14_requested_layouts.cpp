@@ -6,6 +6,8 @@
 //   requested   H = matmul<ColSharded>(X, W1);   Y = matmul<Replicated>(A, W2)          plan: all_reduce
 //   backward    adjoint::matmul(A, W2, dY) → {dA[C], dW2[Row]};  adjoint::matmul(X, W1, dH) → {dX[R], dW1[C]}
 //               dX = dH[C] · W1ᵀ[Row] → Partial, planned into R: the one all_reduce (f's adjoint)
+//
+//   14_requested_layouts [--tp 4] [--tokens 16] [--hidden 8]      (ffn 4h)
 #include <cstdio>
 #include <string>
 
@@ -33,9 +35,12 @@ void tally(Way& w, const Ledger& l) {
 
 }  // namespace
 
-int main() {
-  const int P = 4;
-  const Index T = 16, h = 8, f = 32;
+int main(int argc, char** argv) {
+  int P = 4;
+  Index T = 16, h = 8;
+  const example::Flags flags("14_requested_layouts", argc, argv, {{"tp", &P}, {"tokens", &T}, {"hidden", &h}});
+  const Index f = 4 * h;
+  flags.require(f % P == 0, "ffn 4·hidden = " + std::to_string(f) + " must be divisible by --tp " + std::to_string(P));
   const Mat X = example::matrix(T, h, 20), W1 = example::matrix(h, f, 21), W2 = example::matrix(f, h, 22);
   const Mat G = example::matrix(T, h, 23);  // the cotangent dY
   const nn::GeluTanh act;

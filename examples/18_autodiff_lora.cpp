@@ -7,16 +7,23 @@
 //   gradients: dB[C] local; dA = Xᵀ[R]·dU[Partial] → Partial: A is replicated and each rank's
 //   columns of B contribute a summand — all_reduce(dA) before the update, or nn::sgd_update
 //   refuses it (E130); dX[I]: f's adjoint all-reduces it.
+//
+//   18_autodiff_lora [--tokens 16] [--in 32] [--out 48] [--rank 4]
 #include <iostream>
+#include <string>
+
+#include "check.hpp"
 
 #include <shardalg/autodiff.hpp>
 #include <shardalg/autodiff/verify.hpp>
 
 using namespace shardalg;
 
-int main() {
+int main(int argc, char** argv) {
   using Dense = ad::Named::mapped_type;
-  const Index tokens = 16, in = 32, out = 48, rank = 4;
+  Index tokens = 16, in = 32, out = 48, rank = 4;
+  const example::Flags flags("18_autodiff_lora", argc, argv, {{"tokens", &tokens}, {"in", &in}, {"out", &out}, {"rank", &rank}});
+  flags.require(out % 4 == 0, "--out " + std::to_string(out) + " must be divisible by 4 (W and B are split over TP 2 and 4)");
   const ad::Named inputs{{"x", Dense::Random(tokens, in)}, {"w", Dense::Random(in, out)},
                          {"a", Dense::Random(in, rank)}, {"b", Dense::Random(rank, out)}};
 
