@@ -3,6 +3,8 @@
 // accumulation), activations s·b·h·(34 + 5as/h) per layer — against the bytes measured by summing
 // the stored matrices (nn/train/measured_memory.hpp), at TP 1, 2, 4, with and without sequence parallelism, in
 // double and float. Every difference is named, term by term, and checked exactly.
+//
+//   16_memory_formulas [--vocab 512] [--hidden 64] [--heads 8] [--layers 2] [--seq 16] [--batch 2]
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -18,7 +20,7 @@ namespace nn = shardalg::nn;
 
 namespace {
 
-nn::GptConfig base_config() {
+nn::GptConfig base_config(int argc, char** argv) {
   nn::GptConfig c;
   c.vocab = 512;  // a multiple of 128 · 4: no padding at TP 1, 2, 4
   c.hidden = 64;
@@ -26,6 +28,12 @@ nn::GptConfig base_config() {
   c.layers = 2;
   c.seq = 16;
   c.batch = 2;
+  const example::Flags flags("16_memory_formulas", argc, argv,
+                             {{"vocab", &c.vocab}, {"hidden", &c.hidden}, {"heads", &c.heads}, {"layers", &c.layers},
+                              {"seq", &c.seq}, {"batch", &c.batch}});
+  flags.require(c.vocab % 512 == 0, "--vocab must be a multiple of 128 · 4 = 512 (no padding at TP 1, 2, 4)");
+  flags.require(c.heads % 4 == 0 && c.hidden % c.heads == 0, "--heads must be a multiple of 4 (TP 4) and divide --hidden");
+  flags.require(c.seq % 4 == 0 && c.batch * c.seq % 4 == 0, "--seq must be a multiple of 4 (sequence parallelism at TP 4)");
   return c;
 }
 
@@ -130,8 +138,8 @@ void run_dtype(const char* name, const nn::GptConfig& base, int& checked) {
 
 }  // namespace
 
-int main() {
-  const nn::GptConfig c = base_config();
+int main(int argc, char** argv) {
+  const nn::GptConfig c = base_config(argc, argv);
   const double h = c.hidden, v = c.vocab, L = c.layers;
   std::printf("GPT: vocabulary %lld, hidden %lld, %lld heads, ffn 4h, %lld layers, sequence %lld, batch %lld;\n"
               "GeLU, LayerNorm, biases, tied embedding, no position embedding, dropout 0, one Adam step.\n\n",
@@ -148,22 +156,26 @@ int main() {
     for (const auto& [name, m] : model.masters()) logical += static_cast<double>(m.size());
   });
   std::printf("  our GPT's logical tensors (masters()): %.0f\n", logical);
-  example::check(logical == N && N == 132864, "N matches the library's GPT exactly: 132,864");
+  const double N_formula = h * v + L * (12 * h * h + 13 * h) + 2 * h;
+  example::check(logical == N && N == N_formula,
+                 "N matches the library's GPT exactly: " + example::grouped(static_cast<long long>(N_formula)));
   std::printf("  The architectures agree term by term: the tied embedding h·v (the LM head is its transpose),\n"
               "  QKV 3h² + 3h, output h² + h, MLP 8h² + 4h + h, two LayerNorms 4h, the final LayerNorm 2h; no\n"
               "  position embedding on either side.\n");
   nn::GptConfig odd = c;
-  odd.vocab = 500;
+  odd.vocab = c.vocab - 12;
   double odd_phys = 0;
   run_ranks(1, [&](ThreadComm& comm) {
     auto model = nn::Gpt<double>::init(odd, Group(comm));
     model.visit_params([&](const nn::ParamInfo&, const nn::TensorMap&, auto& w) { odd_phys += w.local().size(); });
   });
   const double odd_N = cost::playbook_parameters(odd.hidden, odd.vocab, odd.layers);
-  std::printf("  Where they differ: vocabulary 500 is padded to %lld (a multiple of 128 · TP): %.0f stored, N = %.0f;\n"
-              "  the difference is the (512 − 500)·h = %.0f zero rows of the padded embedding.\n",
-              (long long)nn::padded_vocab(500, 128, 1), odd_phys, odd_N, 12 * h);
-  example::check(odd_phys - odd_N == 12 * h, "vocabulary padding: stored − N = (v_padded − v)·h");
+  const long long odd_padded = (odd.vocab + 127) / 128 * 128;  // the next multiple of 128 at TP 1
+  std::printf("  Where they differ: vocabulary %lld is padded to %lld (a multiple of 128 · TP): %.0f stored, N = %.0f;\n"
+              "  the difference is the (%lld − %lld)·h = %.0f zero rows of the padded embedding.\n",
+              (long long)odd.vocab, (long long)nn::padded_vocab(odd.vocab, 128, 1), odd_phys, odd_N, odd_padded,
+              (long long)odd.vocab, (odd_padded - odd.vocab) * h);
+  example::check(odd_phys - odd_N == (odd_padded - odd.vocab) * h, "vocabulary padding: stored − N = (v_padded − v)·h");
 
   // ---- bytes per parameter ------------------------------------------------------------------------
   const auto p16 = cost::playbook_bytes_per_parameter(), p20 = cost::playbook_bytes_per_parameter(true);
@@ -177,7 +189,7 @@ int main() {
 
   // ---- activations: our formula ---------------------------------------------------------------------
   const double T = static_cast<double>(c.tokens()), s = c.seq, a = c.heads;
-  std::printf("\nActivations per layer, the Playbook: s·b·h·(34 + 5as/h) = %.0f·(34 + %.0f) = %.0f B (16-bit).\n",
+  std::printf("\nActivations per layer, the Playbook: s·b·h·(34 + 5as/h) = %.0f·(34 + %.4g) = %.0f B (16-bit).\n",
               T * h, 5 * a * s / h, T * h * (34 + 5 * a * s / h));
   example::check(cost::activation_bytes_per_layer({.batch = c.batch, .seq = c.seq, .hidden = c.hidden, .heads = c.heads},
                                                   1, false) == T * h * (34 + 5 * a * s / h),
@@ -198,8 +210,8 @@ int main() {
     const auto r = measure<double>(cc, t)[0];
     const auto& m = r.held;
     const double rows = sp ? T / t : T;
-    std::printf("\nTerm by term, double, TP 2%s, per rank, L = 2 layers (bytes; Playbook at 2 B/value, 1 B/mask%s):\n",
-                sp ? ", SP" : "", sp ? ", every term ÷ t" : "");
+    std::printf("\nTerm by term, double, TP 2%s, per rank, L = %lld layers (bytes; Playbook at 2 B/value, 1 B/mask%s):\n",
+                sp ? ", SP" : "", (long long)c.layers, sp ? ", every term ÷ t" : "");
     std::printf("  %-22s %9s   %-26s %9s\n", "ours (measured)", "bytes", "Playbook term", "bytes");
     auto row = [](const char* ours, double ob, const char* pb, double pbb) {
       std::printf("  %-22s %9.0f   %-26s %9.0f\n", ours, ob, pb, pbb);
