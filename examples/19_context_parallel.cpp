@@ -28,17 +28,8 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const long v = std::atol(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--seq")) a.seq = v;
-    else if (!std::strcmp(argv[i], "--batch")) a.batch = v;
-    else if (!std::strcmp(argv[i], "--hidden")) a.hidden = v;
-    else if (!std::strcmp(argv[i], "--heads")) a.heads = v;
-    else {
-      std::fprintf(stderr, "19_context_parallel: unknown flag %s (--seq --batch --hidden --heads)\n", argv[i]);
-      std::exit(2);
-    }
-  }
+  example::Flags("19_context_parallel", argc, argv,
+                 {{"seq", &a.seq}, {"batch", &a.batch}, {"hidden", &a.hidden}, {"heads", &a.heads}});
   return a;
 }
 
