@@ -23,9 +23,11 @@ enum class Opt { adam, sharded_adam };
 /// every step before its update. `model_out`: the masters after the last step.
 inline std::vector<double> train(const nn::GptConfig& c, const Mesh& mesh, int steps, Opt which,
                                  std::size_t bucket_elements = std::size_t{1} << 16, double clip = 1.0,
-                                 nn::Masters* model_out = nullptr, nn::CpAlgo cp_algo = nn::CpAlgo::ring) {
+                                 nn::Masters* model_out = nullptr, nn::CpAlgo cp_algo = nn::CpAlgo::ring,
+                                 bool shard_gradients = false) {
   nn::DataParallelGpt<double>::Options opts;
   opts.bucket_elements = bucket_elements;
+  opts.shard_gradients = shard_gradients;  // ZeRO-2: reduce-scattered during the backward
   opts.cp_algo = cp_algo;  // a mesh with a cp axis: attention over cp by the ring or all-to-all
   auto model = nn::DataParallelGpt<double>::init(c, mesh, opts);
   const auto o = gt::adam_options();

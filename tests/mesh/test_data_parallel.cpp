@@ -79,6 +79,74 @@ TEST_CASE("data parallel: the sharded optimizer updates bitwise like Adam (no cl
   CHECK(gt::curve_diff(lz, ref) <= 1e-12);
 }
 
+TEST_CASE("data parallel ZeRO-2: gradients reduce-scattered during the backward train bitwise like ZeRO-1, and no rank holds them whole") {
+  for (bool sp : {false, true}) {
+    CAPTURE(sp);
+    const auto c = dp_cases::config(sp);
+    struct Shape {
+      int d, t;
+    };
+    for (Shape s : {Shape{2, 2}, Shape{4, 1}}) {
+      CAPTURE(s.d);
+      CAPTURE(s.t);
+      std::vector<double> l1, l2, la;
+      nn::Masters m1, m2;
+      std::mutex mu;
+      run_ranks(s.d * s.t, [&](ThreadComm& comm) {
+        Mesh mesh(comm, {{"dp", s.d}, {"tp", s.t}});
+        nn::Masters a, b;
+        auto z1 = dp_cases::train(c, mesh, 6, Opt::sharded_adam, 4096, 1.0, &a);
+        auto z2 = dp_cases::train(c, mesh, 6, Opt::sharded_adam, 4096, 1.0, &b, nn::CpAlgo::ring, true);
+        auto ad = dp_cases::train(c, mesh, 6, Opt::adam, 4096, 1.0, nullptr, nn::CpAlgo::ring, true);  // slices gathered back
+        if (comm.rank() == 0) {
+          std::lock_guard lk(mu);
+          l1 = z1, l2 = z2, la = ad, m1 = std::move(a), m2 = std::move(b);
+        }
+      });
+      CHECK(l2 == l1);  // bitwise: the same buckets, the same reduce_scatter, the same slice update
+      REQUIRE(m1.size() == m2.size());
+      for (const auto& entry : m1) CHECK(m2.at(entry.first) == entry.second);
+      const auto ref = dp_cases::reference(c, 6);
+      CHECK(gt::curve_diff(l2, ref) <= 1e-12);
+      CHECK(gt::curve_diff(la, ref) <= 1e-12);
+    }
+  }
+  // One backward at dp 2 × tp 2 with buckets of 4096 values: what a rank holds, and the ledger.
+  const auto c = dp_cases::config(false);
+  run_ranks(4, [&](ThreadComm& comm) {
+    Ledger ledger;
+    Mesh mesh(ledgered(Group(comm), ledger), {{"dp", 2}, {"tp", 2}});
+    nn::DataParallelGpt<double>::Options o;
+    o.bucket_elements = 4096;
+    o.shard_gradients = true;
+    auto model = nn::DataParallelGpt<double>::init(c, mesh, o);
+    const auto [x, y] = gt::batch_at(c, gt::kText, 0);
+    model.forward_backward(x, y);
+    const auto& plan = model.plan();
+    std::size_t whole = 0, slices = 0, left = 0;
+    for (Index n : plan.elements) whole += static_cast<std::size_t>(n) * sizeof(double);
+    for (const auto& g : model.gradient_slices()) slices += static_cast<std::size_t>(g.size()) * sizeof(double);
+    model.replica().visit([&](const nn::ParamInfo&, auto&, const auto& g) { left += static_cast<std::size_t>(g.local().size()); });
+    std::size_t padded = 0;
+    for (Index n : plan.padded) padded += static_cast<std::size_t>(n) * sizeof(double);
+    CHECK(left == 0);                 // every whole gradient was released into its bucket
+    CHECK(slices == padded / 2);      // this rank keeps 1/dp of every (padded) bucket
+    CHECK(model.gradient_peak_bytes() < whole);                   // never the whole gradient …
+    // … but the slices, and the buckets open while one block's gradients arrive: those holding a
+    // part of it (⌈V/4096⌉ + 1 for its V values) and one still waiting for the block after it.
+    std::size_t v = 0;
+    for (const auto& sl : plan.slots)
+      if (sl.name.rfind("layers.0.", 0) == 0) v += static_cast<std::size_t>(sl.size());
+    CHECK(model.gradient_peak_bytes() <= padded / 2 + ((v + 4095) / 4096 + 2) * 4096 * sizeof(double));
+    CHECK(plan.buckets() > 4);
+    CHECK(ledger.count(CollectiveKind::reduce_scatter) == plan.buckets());  // during the backward, one per bucket
+    CHECK(ledger.count(CollectiveKind::all_gather) == 0);
+    if (comm.rank() == 0)
+      MESSAGE("ZeRO-2 at dp 2 × tp 2, ", plan.buckets(), " buckets: the whole gradient is ", whole, " B per rank; held at most ",
+              model.gradient_peak_bytes(), " B during the backward, ", slices, " B after it");
+  });
+}
+
 TEST_CASE("data parallel: the DP collectives in the ledger, by axis, beside their analytic count") {
   const auto c = dp_cases::config(false);
   for (std::size_t bucket : {std::size_t{0}, std::size_t{1} << 30}) {

@@ -6,6 +6,10 @@
 //   model.step(adam, 1.0);          // all_reduce<dp> per bucket, then Adam (every replica)
 //   model.step(sharded_adam, 1.0);  // ZeRO-1: reduce_scatter<dp>, Adam on a slice, all_gather<dp>
 //
+//   Options o;  o.shard_gradients = true;                           // ZeRO-2
+//   model.forward_backward(tokens, targets);  // each bucket reduce_scatter<dp>'d during the backward
+//   model.step(sharded_adam, 1.0);            // Adam on the slices it kept, all_gather<dp>
+//
 // Replica d (its dp coordinate) runs the tensor-parallel Gpt on its tp group, on sequences
 // [d·b/D, (d+1)·b/D) of the global batch b: the activations are X[dp:Row, tp:…]. Its dropout
 // masks are keyed by global token, so they are rows of the one-replica masks. The parameters are
@@ -22,13 +26,23 @@
 // G[dp:Partial, cp:Partial, tp:L], and both are reduced by one all_reduce per bucket over the
 // combined dp × cp group (the "dp" axis of the collectives below is that data group).
 //
+// ZeRO-2 (Options::shard_gradients): the gradients never stand whole on a rank. The GPT hands each
+// gradient over as soon as its backward has made it (Gpt::forward_backward_streamed: the final
+// norm's, then block by block from the last, the embedding's last); it is packed into its bucket,
+// G[dp:Partial, tp:L], and its storage is released; a bucket whose every gradient has arrived is
+// reduce_scatter<dp>'d at once, G_b[dp:C], and only that slice is kept. The step is ZeRO-1's on those
+// slices. The reduce_scatter blocks (no overlap with the backward's compute on these communicators).
+// The same buckets and the same collective as ZeRO-1, so the same bits.
+//
 // Communication per step on dp: one all_reduce of one value (the loss); then one all_reduce per
 // gradient bucket (nn/optim/grad_buckets.hpp), or one reduce_scatter and one all_gather per bucket with
 // the sharded optimizer (nn/optim/sharded_adam.hpp), plus its gradient norm (one all_reduce of two values
 // on dp). The tensor-parallel traffic is the Gpt's (nn/models/gpt.hpp), on the tp group.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -64,6 +78,9 @@ class DataParallelGpt {
     std::size_t bucket_elements = std::size_t{1} << 16;
     /// How attention runs over the cp axis, when the mesh has one.
     CpAlgo cp_algo = CpAlgo::ring;
+    /// ZeRO-2: reduce-scatter each bucket during the backward and keep only this rank's slice (see
+    /// the file comment); step with a ShardedAdam.
+    bool shard_gradients = false;
   };
 
   /// `global.batch` is the whole batch; the mesh needs axes dp and tp (any other axis of size 1).
@@ -105,6 +122,13 @@ class DataParallelGpt {
   /// ZeRO-1: per bucket, reduce_scatter<dp> the gradients, update this rank's slice with Adam
   /// (its moments only), all_gather<dp> the parameters. The same norm, clipping and skip rule.
   double step(ShardedAdam<T, B>& opt, double max_grad_norm = 0.0);
+
+  /// ZeRO-2: the most gradient bytes this rank's data-parallel buffers held during the last
+  /// backward — the buckets still filling and the slices kept — beside which the GPT holds one
+  /// block's whole gradients while handing them over (0 without shard_gradients).
+  [[nodiscard]] std::size_t gradient_peak_bytes() const { return grad_peak_bytes_; }
+  /// ZeRO-2: this rank's gradient slices, one per bucket (G_b[dp:C]), after forward_backward.
+  [[nodiscard]] const std::vector<Mat>& gradient_slices() const { return gslice_; }
 
   /// The logical masters (any mesh can load them).
   Masters masters() { return model_.masters(); }
@@ -154,6 +178,16 @@ class DataParallelGpt {
   BucketPlan plan_;
   T weight_ = T(1);
   bool reduced_ = false;  // the replica's gradients hold G[dp:R] (reduce_gradients)
+  // ZeRO-2 (shard_gradients)
+  std::map<std::string, std::size_t> slot_index_;  // parameter name → its slot in plan_
+  std::vector<Mat> open_, gslice_;                  // per bucket: filling (whole, padded) / reduced slice
+  std::vector<Index> filled_;                       // per bucket: values packed so far
+  std::size_t grad_peak_bytes_ = 0;
+  bool sliced_ = false;                             // gslice_ holds the last backward's slices
+
+  /// ZeRO-2's handler: pack one gradient into its bucket, release it, reduce-scatter a full bucket.
+  template <class G>
+  void take_gradient(const ParamInfo& info, G& g);
 };
 
 // ---- DataParallelGpt's members defined outside the class (not inline: see nn/models/gpt.hpp).
@@ -199,6 +233,27 @@ void DataParallelGpt<T, B>::reduce_gradients() {
     if (reduced_) return;
     ensure_plan();
     const Group& dpg = data_;
+    if (sliced_) {  // ZeRO-2: the slices, all_gather<dp>'d back into whole G[dp:R] (the reduced gradients)
+      std::vector<Mat> whole(plan_.buckets());
+      {
+        auto sc = scope("dp.grads");
+        for (std::size_t b = 0; b < plan_.buckets(); ++b) {
+          MeshSharded<T, Axes<On<dp, ColSharded>>, B> slice(gslice_[b], 1, plan_.padded[b], {dpg});
+          whole[b] = all_gather<dp>(slice).local();
+        }
+      }
+      std::size_t k = 0;
+      model_.visit_grads([&](const ParamInfo&, auto& w, auto& g) {
+        using G = std::remove_cvref_t<decltype(g)>;
+        const auto& s = plan_.slots[k++];
+        typename G::local_type local(s.rows, s.cols);
+        unpack(whole[s.bucket], s, local);
+        auto r = stack<dp, Replicated>(dpg, lift<tp>(G(std::move(local), w.rows(), w.cols(), w.group())));
+        g = view<tp>(std::move(r));
+      });
+      reduced_ = true;
+      return;
+    }
     std::vector<Mat> reduced(plan_.buckets());
     std::vector<Mat> flat;
     for (Index n : plan_.elements) flat.push_back(Mat::Zero(1, n));
@@ -243,10 +298,15 @@ double DataParallelGpt<T, B>::step(ShardedAdam<T, B>& opt, double max_grad_norm)
     if (reduced_)
       throw ShapeError("DataParallelGpt: the gradients are already all-reduced (reduce_gradients); the sharded "
                        "optimizer reduce-scatters them itself: step it before reducing");
-    std::vector<Mat> flat, gslice(plan_.buckets());
-    for (Index n : plan_.padded) flat.push_back(Mat::Zero(1, n));  // zeros in the padding
+    std::vector<Mat> gslice(plan_.buckets());
     std::size_t k = 0;
-    {
+    if (sliced_) {  // ZeRO-2: reduce-scattered during the backward
+      gslice = std::move(gslice_);
+      gslice_.assign(plan_.buckets(), Mat());
+      sliced_ = false;
+    } else {
+      std::vector<Mat> flat;
+      for (Index n : plan_.padded) flat.push_back(Mat::Zero(1, n));  // zeros in the padding
       auto sc = scope("dp.grads");
       model_.visit([&](const ParamInfo&, auto&, const auto& g) {
         const auto& s = plan_.slots[k++];
@@ -291,6 +351,32 @@ double DataParallelGpt<T, B>::step(ShardedAdam<T, B>& opt, double max_grad_norm)
     });
     model_.end_step(true);
     return norm;
+  }
+
+template <Element T, class B>
+template <class G>
+void DataParallelGpt<T, B>::take_gradient(const ParamInfo& info, G& g) {
+    using shardalg::detail::cat;
+    const auto it = slot_index_.find(info.name);
+    if (it == slot_index_.end()) throw ShapeError(cat("DataParallelGpt: a gradient for ", info.name, ", which has no bucket"));
+    const auto& s = plan_.slots[it->second];
+    const Group& dpg = data_;
+    Mat& flat = open_[s.bucket];
+    if (flat.size() == 0) flat = Mat::Zero(1, plan_.padded[s.bucket]);  // zeros in the padding
+    auto summand = stack<dp, Partial>(dpg, lift<tp>(weight_ * g));  // G[dp:Partial, tp:L]
+    pack(summand.local(), s, flat);
+    g = G();  // the whole gradient is released: from here on only its bucket holds it
+    filled_[s.bucket] += s.size();
+    std::size_t held = 0;
+    for (std::size_t b = 0; b < plan_.buckets(); ++b)
+      held += static_cast<std::size_t>(open_[b].size() + gslice_[b].size()) * sizeof(T);
+    grad_peak_bytes_ = std::max(grad_peak_bytes_, held);
+    if (filled_[s.bucket] == plan_.elements[s.bucket]) {  // the bucket is complete: G_b[dp:Partial] → [dp:C]
+      auto sc = scope("dp.grads");
+      MeshSharded<T, Axes<On<dp, Partial>>, B> bucket(std::move(flat), 1, plan_.padded[s.bucket], {dpg});
+      gslice_[s.bucket] = reduce_scatter<dp, ColSharded>(bucket).local();
+      flat = Mat();
+    }
   }
 
 template <Element T, class B>
@@ -344,7 +430,25 @@ T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<con
     weight_ = all > 0 ? static_cast<T>(mine) / static_cast<T>(all) : T(0);
     model_.set_token_offset(t0);
     if (backward) reduced_ = false;
-    T l = backward ? model_.forward_backward(tk, tg) : model_.loss(tk, tg);
+    T l;
+    if (backward && opt_.shard_gradients) {  // ZeRO-2: the buckets reduce-scattered during the backward
+      ensure_plan();
+      if (slot_index_.empty())
+        for (std::size_t k = 0; k < plan_.slots.size(); ++k) slot_index_[plan_.slots[k].name] = k;
+      open_.assign(plan_.buckets(), Mat());
+      gslice_.assign(plan_.buckets(), Mat());
+      filled_.assign(plan_.buckets(), 0);
+      grad_peak_bytes_ = 0;
+      sliced_ = false;
+      l = model_.forward_backward_streamed(tk, tg, [&](const ParamInfo& info, auto& g) { take_gradient(info, g); });
+      for (std::size_t b = 0; b < plan_.buckets(); ++b)
+        if (filled_[b] != plan_.elements[b])
+          throw ShapeError(cat("DataParallelGpt: bucket ", b, " received ", filled_[b], " of its ", plan_.elements[b],
+                               " gradient values in the backward"));
+      sliced_ = true;
+    } else {
+      l = backward ? model_.forward_backward(tk, tg) : model_.loss(tk, tg);
+    }
     // The global mean Σ_d w_d · mean_d: one all_reduce of one value over dp.
     T x = weight_ * l;
     auto sc = scope("dp.loss");

@@ -212,6 +212,20 @@ class Gpt {
     return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, true, inspect)
                    : run<Replicated>(plain_, tokens, targets, true, inspect);
   }
+  /// The same, and `ready(info, grad&)` is called during the backward for each gradient as soon as it
+  /// is final: the final norm's after the head, each block's after its backward (the last block
+  /// first), the tied embedding's last; within each, in visit order. Under SP the norms' gradients
+  /// are all-reduced over tp first (per block, instead of once at the end). `ready` may take the
+  /// gradient's storage (DataParallelGpt's ZeRO-2 reduce-scatters it over dp and keeps its slice);
+  /// what it leaves is kept as forward_backward keeps it.
+  template <class Ready>
+  T forward_backward_streamed(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, Ready&& ready) {
+    check_batch(tokens, targets);
+    grads_.reset();
+    reseed();
+    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, true, NoInspect{}, ready)
+                   : run<Replicated>(plain_, tokens, targets, true, NoInspect{}, ready);
+  }
   /// The mean loss only (no gradients kept; the same communication as the forward).
   T loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets);
 
@@ -304,10 +318,21 @@ class Gpt {
     void operator()(const auto&...) const {}
   };
 
-  template <class L, class Blocks, class Inspect = NoInspect>
+  struct NoReady {
+    void operator()(const auto&...) const {}
+  };
+
+  template <class L, class Blocks, class Inspect = NoInspect, class Ready = NoReady>
   T run(Blocks& blocks, std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward,
-        Inspect&& inspect = {}) {
+        Inspect&& inspect = {}, Ready&& ready = {}) {
     constexpr bool sp = std::is_same_v<L, RowSharded>;
+    constexpr bool streamed = !std::is_same_v<std::remove_cvref_t<Ready>, NoReady>;
+    // ready(info, grad&) over a group of gradients, through the visit helpers' (info, map, w, g*) form
+    auto hand = [&](const ParamInfo& i, const TensorMap&, auto&, const auto* g) {
+      using G = std::remove_cvref_t<decltype(*g)>;
+      finite("gradient of " + i.name, *g);
+      ready(i, const_cast<G&>(*g));  // this run's own, non-const storage
+    };
     using X = Sharded<T, L, B>;
     using Cache = typename std::remove_cvref_t<decltype(blocks[0])>::Cache;
     // ---- forward
@@ -335,20 +360,45 @@ class Gpt {
     finite("backward: head input gradient", hg.dx);
     auto fg = final_.backward(fn.cache, hg.dx);
     X dx = std::move(fg.dx);
+    std::optional<typename Norm::template ParamGrads<Replicated>> final_ready;  // streamed: the final norm's, reduced
+    std::vector<BlockGrads> ready_blocks;                                      // streamed: each block's, reduced
+    if constexpr (streamed) {
+      if constexpr (sp) {
+        auto s = scope("norm_grads");
+        final_ready = Sp::reduce_norm(std::move(fg.params));  // Partial → R: 2h
+      } else {
+        final_ready = std::move(fg.params);
+      }
+      visit_norm(final_, &*final_ready, "final_norm", hand);
+      ready_blocks.resize(blocks.size());
+    }
     std::vector<typename std::remove_cvref_t<decltype(blocks[0])>::ParamGrads> bgs(blocks.size());
     for (std::size_t i = blocks.size(); i-- > 0;) {
       auto s = scope("layer" + std::to_string(i));
       auto g = blocks[i].backward(caches[i], dx);
       finite("backward: layer " + std::to_string(i) + " input gradient", g.dx);
       dx = std::move(g.dx);
-      bgs[i] = std::move(g.params);
       caches[i] = Cache{};  // release as we go
+      if constexpr (streamed) {
+        if constexpr (sp) ready_blocks[i] = blocks[i].reduce_grads(std::move(g.params));  // the norms': Partial → R
+        else ready_blocks[i] = std::move(g.params);
+        visit_block(blocks[i], &ready_blocks[i], "layers." + std::to_string(i) + ".", hand);
+      } else {
+        bgs[i] = std::move(g.params);
+      }
     }
     dx = drop_emb_.backward(dx);
     auto eg = stages::embed_backward<sp>(emb_, group_, ef.cache, dx);
     bwd.reset();
     // ---- the gradients, in their parameters' layouts
     Grads gr{hg.params.de + eg.de, {}, {}};
+    if constexpr (streamed) {
+      visit_embedding(&gr.de, hand);
+      gr.blocks = std::move(ready_blocks);
+      gr.final_norm = std::move(*final_ready);
+      grads_ = std::move(gr);
+      return l.mean;
+    }
     auto red = scope("grads");
     if constexpr (sp) {
       for (std::size_t i = 0; i < blocks.size(); ++i) gr.blocks.push_back(blocks[i].reduce_grads(std::move(bgs[i])));
@@ -383,10 +433,12 @@ class Gpt {
 
   // ---- parameter enumeration ---------------------------------------------------------------
   template <class F>
+  void visit_embedding(const typename Emb::Weight* de, F& f) {
+    f(ParamInfo{"embedding.weight", true, {}}, TensorMap{{"embedding"}, {cfg_.hidden}, cfg_.vocab, {}}, emb_.weight(), de);
+  }
+  template <class F>
   void visit_all(const Grads* g, F&& f) {
-    const Index h = cfg_.hidden;
-    f(ParamInfo{"embedding.weight", true, {}}, TensorMap{{"embedding"}, {h}, cfg_.vocab, {}}, emb_.weight(),
-      g ? &g->de : nullptr);
+    visit_embedding(g ? &g->de : nullptr, f);
     for (std::size_t i = 0; i < plain_.size(); ++i)
       visit_block(plain_[i], g ? &g->blocks[i] : nullptr, "layers." + std::to_string(i) + ".", f);
     for (std::size_t i = 0; i < sp_.size(); ++i)
