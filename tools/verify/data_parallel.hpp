@@ -7,6 +7,10 @@
 //   reduce             dp: one all_reduce per gradient bucket, Ψ values in all      scope dp.grads
 //   --zero step        dp: one reduce_scatter and one all_gather per bucket (each padded to a
 //                      multiple of D), one all_reduce of 2 values (the gradient norm's parts)
+//   --zero 2           the reduce_scatters move into forward_backward (during the backward); the
+//                      step keeps the all_gathers and the norm's all_reduce; the gradient slices
+//                      held after the backward are e·Σ⌈n_b/D⌉, and the most held during it is below
+//                      the whole e·Ψ
 //
 // With --cp C the mesh is dp × cp × tp: the data group is dp × cp (D·C ranks: the same counts,
 // padded to D·C), and a second row holds attention's traffic on cp beside its count: per layer,
@@ -114,6 +118,7 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   typename nn::DataParallelGpt<T>::Options dpo;
   dpo.bucket_elements = o.bucket;
   dpo.cp_algo = o.cp_algo == "a2a" ? nn::CpAlgo::all_to_all : nn::CpAlgo::ring;
+  dpo.shard_gradients = o.zero == 2;
   auto model = nn::DataParallelGpt<T>::init(gc, mesh, dpo);
   model.load(to_masters(o, dm.g));
   model.replica().check_finite(true);
@@ -124,6 +129,9 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
     loss = model.forward_backward(dm.ids, dm.targets);
   }
   const std::size_t after_step = ledger.entries().size();
+  std::size_t grad_slice_bytes = 0;
+  for (const auto& g : model.gradient_slices()) grad_slice_bytes += static_cast<std::size_t>(g.size()) * sizeof(T);
+  const std::size_t grad_peak_bytes = model.gradient_peak_bytes();
   nn::Masters grads;
   if (!o.zero) {
     auto s = ledger.scope("dp_reduce");
@@ -157,7 +165,7 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   Index psi = 0, padded = 0;
   for (Index b : buckets) psi += b, padded += (b + D - 1) / D * D;
 
-  Row row(CP > 1 ? fmt::format("DP={} × CP={} Gpt{}", D / CP, CP, o.zero ? " ZeRO" : "") : fmt_dp_name(D, P, o.zero), "dp", {}, tol);
+  Row row(CP > 1 ? fmt::format("DP={} × CP={} Gpt{}", D / CP, CP, o.zero == 2 ? " ZeRO-2" : o.zero ? " ZeRO" : "") : fmt_dp_name(D, P, o.zero), "dp", {}, tol);
   const auto dpe = [&](const LedgerEntry& e) { return e.axis == "dp"; };  // with cp: the dp × cp data group
   row.ledger_fwd = verify::tally_if(std::vector<LedgerEntry>(ledger.entries().begin(), ledger.entries().begin() + static_cast<std::ptrdiff_t>(after_step)), dpe);
   row.ledger_bwd = verify::tally_if(std::vector<LedgerEntry>(ledger.entries().begin() + static_cast<std::ptrdiff_t>(after_step), ledger.entries().end()), dpe);
@@ -168,7 +176,7 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   } else {
     for (Index b : buckets) {
       const auto pb = static_cast<std::size_t>((b + D - 1) / D * D) * elem;
-      row.analytic_bwd.add(CollectiveKind::reduce_scatter, pb);
+      (o.zero == 2 ? row.analytic_fwd : row.analytic_bwd).add(CollectiveKind::reduce_scatter, pb);  // ZeRO-2: in the backward
       row.analytic_bwd.add(CollectiveKind::all_gather, pb);
     }
     if (D > 1) row.analytic_bwd.add(CollectiveKind::all_reduce, 2 * sizeof(double));  // the norm's two parts
@@ -204,7 +212,7 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
       num += (it->second.template cast<double>() - m.template cast<double>()).squaredNorm();
       den += m.template cast<double>().squaredNorm();
     }
-    verify::Check ck{"every parameter after one ZeRO-1 step (vs Adam on one rank, whole model)", {}, false};
+    verify::Check ck{fmt::format("every parameter after one ZeRO-{} step (vs Adam on one rank, whole model)", o.zero), {}, false};
     ck.err.max_abs = std::sqrt(num);
     ck.err.max_rel = all_there ? verify::relative_error(ck.err.max_abs, std::sqrt(den)) : std::numeric_limits<double>::infinity();
     ck.pass = all_there && ck.err.max_rel <= tol;
@@ -213,7 +221,18 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
     const std::size_t formula = 2 * elem * static_cast<std::size_t>(padded / D);
     row.checks.push_back(verify::check_flag("ZeRO-1 moments held = 2·e·Σ⌈n_b/D⌉ = " + std::to_string(formula) + " B",
                                             state_bytes == formula));
-    if (figures) *figures = DpFigures{true, state_bytes, formula, 2 * elem * static_cast<std::size_t>(psi)};
+    DpFigures f{true, state_bytes, formula, 2 * elem * static_cast<std::size_t>(psi)};
+    if (o.zero == 2) {  // the gradients: 1/D of every padded bucket kept, never the whole Ψ held
+      const std::size_t slices = elem * static_cast<std::size_t>(padded / D), whole = elem * static_cast<std::size_t>(psi);
+      row.checks.push_back(verify::check_flag("ZeRO-2 gradient slices held = e·Σ⌈n_b/D⌉ = " + std::to_string(slices) + " B",
+                                              grad_slice_bytes == slices));
+      row.checks.push_back(verify::check_flag("ZeRO-2 gradient bytes held during the backward (" + std::to_string(grad_peak_bytes) +
+                                                  " B) below the whole gradient e·Ψ = " + std::to_string(whole) + " B",
+                                              grad_peak_bytes < whole));
+      f.stage = 2, f.grad_peak_bytes = grad_peak_bytes, f.grad_slice_bytes = grad_slice_bytes, f.grad_slice_formula = slices;
+      f.grad_whole_bytes = whole;
+    }
+    if (figures) *figures = f;
   }
   *out = std::move(row);
   if (CP > 1 && cp_out) cp_row<T>(ledger, o, D / CP, CP, P, cp_out);

@@ -142,6 +142,13 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
                    r.dp_figures.state_bytes == r.dp_figures.formula_bytes ? "equal" : "DIFFERENT",
                    format_bytes(double(r.dp_figures.adam_bytes)),
                    r.dp_figures.state_bytes ? double(r.dp_figures.adam_bytes) / double(r.dp_figures.state_bytes) : 0.0);
+  if (r.dp_figures.zero && r.dp_figures.stage == 2)
+    fmt::format_to(out,
+                   "ZeRO-2   gradients per rank: slices after the backward {} = formula e·Σ_b⌈n_b/dp⌉ {} ({}); at most {} held "
+                   "during the backward; the whole gradient would be {}\n",
+                   format_bytes(double(r.dp_figures.grad_slice_bytes)), format_bytes(double(r.dp_figures.grad_slice_formula)),
+                   r.dp_figures.grad_slice_bytes == r.dp_figures.grad_slice_formula ? "equal" : "DIFFERENT",
+                   format_bytes(double(r.dp_figures.grad_peak_bytes)), format_bytes(double(r.dp_figures.grad_whole_bytes)));
 
   if (r.pp_figures.on) {
     std::string peaks;

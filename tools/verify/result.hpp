@@ -38,10 +38,12 @@ struct Row : verify::LayerCheck {
 };
 
 /// --dp --zero: the sharded optimizer's moments on one rank, measured and by the formula, and
-/// what unsharded Adam would hold (2Ψ values).
+/// what unsharded Adam would hold (2Ψ values); with --zero 2 the gradient bytes held.
 struct DpFigures {
   bool zero = false;
   std::size_t state_bytes = 0, formula_bytes = 0, adam_bytes = 0;
+  int stage = 1;
+  std::size_t grad_peak_bytes = 0, grad_slice_bytes = 0, grad_slice_formula = 0, grad_whole_bytes = 0;
 };
 
 /// --pp: the layout the stages held, the peak bytes each rank held between ops (measured by the
@@ -54,8 +56,8 @@ struct PpFigures {
 };
 
 /// The --dp row's name (fits the report's first column): "DP=2 Gpt", "DP=2 Gpt ZeRO".
-inline std::string fmt_dp_name(int d, int /*t*/, bool zero) {
-  return "DP=" + std::to_string(d) + " Gpt" + (zero ? " ZeRO" : "");
+inline std::string fmt_dp_name(int d, int /*t*/, int zero) {
+  return "DP=" + std::to_string(d) + " Gpt" + (zero == 1 ? " ZeRO" : zero == 2 ? " ZeRO-2" : "");
 }
 
 struct RankResult {  // filled on rank 0
