@@ -136,6 +136,25 @@ class BlockParts {
     attn_.set_context_parallel(cp, algo);
     drop_attn_.cp = drop_mlp_.cp = Dropout::CpRows{cfg_.seq, cp.size(), cp.rank()};
   }
+  /// Y = block(X), Derived::forward_stored; under Recompute::full the cache is X alone (the
+  /// backward and restore run the forward again).
+  template <class D = Derived>
+  typename D::Forward forward(const typename D::Input& x) const {
+    auto f = static_cast<const D&>(*this).forward_stored(x);
+    if (cfg_.recompute == Recompute::full) {
+      typename D::Cache c;
+      c.input = x;
+      f.cache = std::move(c);
+    }
+    return f;
+  }
+  /// Full recomputation: the caches again from the kept input (bit for bit the stored forward's,
+  /// its collectives included); a cache that is not a kept input is returned as it is.
+  template <class D = Derived>
+  typename D::Cache restore(const typename D::Cache& c) const {
+    return c.input ? static_cast<const D&>(*this).forward_stored(*c.input).cache : c;
+  }
+
   /// What the forward keeps for the backward (see Recompute).
   [[nodiscard]] Recompute recompute() const { return cfg_.recompute; }
   void set_recompute(Recompute r) {
@@ -248,21 +267,7 @@ class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B>
     MlpT::check(c.mlp(), p);
   }
 
-  /// Y = block(X). Under Recompute::full the cache is X alone (see backward and restore).
-  Forward forward(const Input& x) const {
-    auto f = forward_stored(x);
-    if (this->cfg_.recompute == Recompute::full) {
-      Cache c;
-      c.input = x;
-      f.cache = std::move(c);
-    }
-    return f;
-  }
-  /// Full recomputation: the caches again from the kept input (bit for bit the stored forward's,
-  /// its collectives included); a cache that is not a kept input is returned as it is.
-  Cache restore(const Cache& c) const { return c.input ? forward_stored(*c.input).cache : c; }
-
-  /// The forward with every cache kept (what forward does without full recomputation).
+  /// The forward with every cache kept (BlockParts::forward, without full recomputation).
   Forward forward_stored(const Input& x) const {
     auto l1 = ln1_.forward(x);
     auto a = [&] {

@@ -83,21 +83,7 @@ class SequenceParallelBlock : public detail::BlockParts<SequenceParallelBlock<T,
                                                     " tokens are not divisible by tensor-parallel size ", p));
   }
 
-  /// Y = block(X). Under Recompute::full the cache is X alone (see backward and restore).
-  Forward forward(const Input& x) const {
-    auto f = forward_stored(x);
-    if (this->cfg_.recompute == Recompute::full) {
-      Cache c;
-      c.input = x;
-      f.cache = std::move(c);
-    }
-    return f;
-  }
-  /// Full recomputation: the caches again from the kept input (bit for bit the stored forward's,
-  /// its collectives included); a cache that is not a kept input is returned as it is.
-  Cache restore(const Cache& c) const { return c.input ? forward_stored(*c.input).cache : c; }
-
-  /// The forward with every cache kept (what forward does without full recomputation).
+  /// The forward with every cache kept (BlockParts::forward, without full recomputation).
   Forward forward_stored(const Input& x) const {
     check_tokens(x.rows(), x.size());
     auto l1 = ln1_.forward(x);  // on the shard
