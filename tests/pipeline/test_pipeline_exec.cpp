@@ -43,6 +43,23 @@ nn::Masters merge(const pc::Setup& s, const std::vector<pc::RankOut>& out, int d
   return all;
 }
 
+/// Run `s` on threads (masters and batch from the seeds) against the dense model: every rank's loss
+/// and replica 0's merged gradients ≤ 1e-12. Returns every rank's output for further checks.
+std::vector<pc::RankOut> check_dense(const pc::Setup& s, std::uint64_t masters_seed, std::uint64_t batch_seed) {
+  const auto c = pc::config(s);
+  const auto m = pc::masters(c, masters_seed);
+  const auto b = pc::batch(s, c, batch_seed);
+  const auto want = pc::dense(s, c, m, b, c.seed ^ 0x9E3779B97F4A7C15ULL);
+  auto out = run_world(s, c, m, b);
+  for (const auto& o : out) CHECK(std::abs(o.loss - want.loss) <= 1e-12 * std::abs(want.loss));
+  const auto worst = pc::worst_error(merge(s, out, 0), want.grads);
+  const double err = worst.first;
+  const std::string at = worst.second;
+  CAPTURE(at);
+  CHECK(err <= 1e-12);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("p2p: X[R], X[Row], X[C] keep their layout across the pp send; shapes only with variable lengths") {
@@ -182,18 +199,8 @@ TEST_CASE("DP × PP × CP × TP equals the dense model: ring and all-to-all, eve
     s.dp = r.dp, s.pp = r.pp, s.cp = r.cp, s.tp = r.tp, s.schedule = r.schedule, s.m = 4;
     s.a2a = r.a2a, s.sp = r.sp, s.dealloc = r.dealloc, s.overlap = r.dealloc;
     CAPTURE(s.name());
-    const auto c = pc::config(s);
-    const auto m = pc::masters(c, 31);
-    const auto b = pc::batch(s, c, 131);
-    const auto want = pc::dense(s, c, m, b, c.seed ^ 0x9E3779B97F4A7C15ULL);
-    const auto out = run_world(s, c, m, b);
-    for (const auto& o : out) CHECK(std::abs(o.loss - want.loss) <= 1e-12 * std::abs(want.loss));
+    const auto out = check_dense(s, 31, 131);
     const auto got = merge(s, out, 0);
-    const auto worst = pc::worst_error(got, want.grads);
-    const double err = worst.first;
-    const std::string at = worst.second;
-    CAPTURE(at);
-    CHECK(err <= 1e-12);
     for (int d = 0; d < s.dp; ++d)
       for (int k = 0; k < s.cp; ++k) CHECK(merge(s, out, d, k) == got);  // every replica and cp rank: the same gradients
   }
@@ -217,17 +224,7 @@ TEST_CASE("activation recomputation in the pipeline: selective and full, fused b
     s.pp = 2, s.cp = r.cp, s.tp = 2, s.schedule = r.schedule, s.m = 4, s.recompute = r.r, s.sp = r.sp;
     CAPTURE(s.name());
     CAPTURE(static_cast<int>(r.r));
-    const auto c = pc::config(s);
-    const auto m = pc::masters(c, 41);
-    const auto b = pc::batch(s, c, 141);
-    const auto want = pc::dense(s, c, m, b, c.seed ^ 0x9E3779B97F4A7C15ULL);
-    const auto out = run_world(s, c, m, b);
-    CHECK(std::abs(out[0].loss - want.loss) <= 1e-12 * std::abs(want.loss));
-    const auto worst = pc::worst_error(merge(s, out, 0), want.grads);
-    const double err = worst.first;
-    const std::string at = worst.second;
-    CAPTURE(at);
-    CHECK(err <= 1e-12);
+    check_dense(s, 41, 141);
   }
 }
 
