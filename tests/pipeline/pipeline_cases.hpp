@@ -175,6 +175,25 @@ inline Dense dense(const Setup& s, const nn::GptConfig& c, const nn::Masters& m,
   return out;
 }
 
+/// LossScaling::microbatches' reference: the dense model on each micro-batch alone (no dropout),
+/// each micro-batch's mean and gradients weighted 1/(m·dp): the mean of the means.
+inline Dense dense_per_microbatch(const Setup& s, const nn::GptConfig& c, const nn::Masters& m, const Batch& b) {
+  Dense out;
+  const auto g = gt::dense_gpt(c, m, 0, kSeq);
+  for (const auto& rep : b.replicas)
+    for (const auto& mb : rep) {
+      const auto o = ref::gpt_forward(g, mb.tokens, mb.targets, 0.0, c.ignore_index);
+      const double w = 1.0 / (s.m * s.dp);
+      out.loss += w * o.mean;
+      for (const auto& [name, x] : gt::dense_grads(c, ref::gpt_backward(g, mb.tokens, o), w)) {
+        auto it = out.grads.find(name);
+        if (it == out.grads.end()) out.grads.emplace(name, x);
+        else it->second += x;
+      }
+    }
+  return out;
+}
+
 /// One rank's run: the loss after finish() and the rank's gradients (gathered over tp).
 struct RankOut {
   double loss = 0;

@@ -238,20 +238,9 @@ TEST_CASE("DP × PP × CP: per-micro-batch loss scaling divides by the micro-bat
   const auto c = pc::config(s);
   const auto m = pc::masters(c, 9);
   const auto b = pc::batch(s, c, 19);
-  double mean_of_means = 0;
-  nn::Masters avg;
-  const auto g = gt::dense_gpt(c, m, 0, pc::kSeq);
-  for (const auto& rep : b.replicas)
-    for (const auto& mb : rep) {
-      const auto o = ref::gpt_forward(g, mb.tokens, mb.targets, 0.0, c.ignore_index);
-      const double w = 1.0 / (s.m * s.dp);
-      mean_of_means += w * o.mean;
-      for (const auto& [name, x] : gt::dense_grads(c, ref::gpt_backward(g, mb.tokens, o), w)) {
-        auto it = avg.find(name);
-        if (it == avg.end()) avg.emplace(name, x);
-        else it->second += x;
-      }
-    }
+  const auto per_mb = pc::dense_per_microbatch(s, c, m, b);
+  const double mean_of_means = per_mb.loss;
+  const nn::Masters& avg = per_mb.grads;
   const auto out = run_world(s, c, m, b);
   CHECK(std::abs(out[0].loss - mean_of_means) <= 1e-12 * mean_of_means);
   const auto worst = pc::worst_error(merge(s, out, 0), avg);
@@ -331,20 +320,9 @@ TEST_CASE("loss scaling: per token is the whole batch's mean; per micro-batch th
   const auto b = pc::batch(s, c, 19);
   const auto whole = pc::dense(s, c, m, b, 0);
   // Per micro-batch, independently: the dense model on each micro-batch alone.
-  double mean_of_means = 0;
-  nn::Masters avg;
-  const auto g = gt::dense_gpt(c, m, 0, pc::kSeq);
-  for (const auto& rep : b.replicas)
-    for (const auto& mb : rep) {
-      const auto o = ref::gpt_forward(g, mb.tokens, mb.targets, 0.0, c.ignore_index);
-      const double w = 1.0 / (s.m * s.dp);
-      mean_of_means += w * o.mean;
-      for (const auto& [name, x] : gt::dense_grads(c, ref::gpt_backward(g, mb.tokens, o), w)) {
-        auto it = avg.find(name);
-        if (it == avg.end()) avg.emplace(name, x);
-        else it->second += x;
-      }
-    }
+  const auto per_mb = pc::dense_per_microbatch(s, c, m, b);
+  const double mean_of_means = per_mb.loss;
+  const nn::Masters& avg = per_mb.grads;
   CHECK(std::abs(mean_of_means - whole.loss) > 1e-6);  // the ignored target makes them differ
   for (auto scaling : {nn::LossScaling::tokens, nn::LossScaling::microbatches}) {
     s.scaling = scaling;
