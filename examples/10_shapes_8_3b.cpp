@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       {"embedding (h x v)", h, vocab, LayoutKind::col, h, vocab / tp, "vocab-parallel"},
   };
   for (const auto& w : ws) {
-    const auto [lr, lc] = shardalg::local_shape(w.split, w.rows, w.cols, tp);
+    const auto [lr, lc] = shardalg::local_shape(w.split, w.rows, w.cols, tp, 0);
     std::printf("  %-18s %5lld x %-6lld -> %5lld x %-5lld per GPU  (%s)\n", w.name, w.rows, w.cols, (long long)lr,
                 (long long)lc, w.comm);
     example::check(lr == w.er && lc == w.ec, std::string(w.name) + ": per-GPU shape");

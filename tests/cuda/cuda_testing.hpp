@@ -178,8 +178,8 @@ std::vector<Outcome> collective_laws(shardalg::Group g, Index r, Index c, std::u
     check("all_to_all C→Row", all_to_all<RowSharded>(xc), dense);
     check("copy_to R→R", copy_to(x), dense);
     // The local block of a split layout is exactly the dense block (no gathering involved).
-    const auto [lr, lc] = local_shape(LayoutKind::col, r, c, p);
-    out.push_back({tag("shard C local block"), compare(host_of(xc.local()), Mat<T>(dense.middleCols(g.rank() * lc, lc)))});
+    const auto [lr, lc] = local_shape(LayoutKind::col, r, c, p, g.rank());
+    out.push_back({tag("shard C local block"), compare(host_of(xc.local()), Mat<T>(dense.middleCols(block_offset(c, p, g.rank()), lc)))});
     (void)lr;
     // Adjoint law: ⟨all_gather(x), y⟩ = ⟨x, reduce_scatter(y)⟩ for x[Row], y[Partial].
     auto yp = make_operand<Partial, T, B>(g, r, c, seed + 2);

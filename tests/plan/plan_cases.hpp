@@ -53,12 +53,16 @@ inline constexpr SpecProduct spec_products[] = {
     {K::partial, K::replicated, K::partial, false, false, false},
 };
 
-inline bool fits(K k, Index r, Index c, int p) {
-  return (k != K::row || r % p == 0) && (k != K::col || c % p == 0);
-}
+// Every layout holds every shape: a split that does not divide gives blocks of ⌊n/p⌋ and ⌊n/p⌋ + 1.
+inline bool fits(K, Index, Index, int) { return true; }
 
+/// The largest block of n on p ranks, the one the slowest rank holds and moves.
+inline double largest_block(Index n, int p) { return double(n / p + (n % p != 0 ? 1 : 0)); }
+
+/// A step is priced as if every block were the largest: the split dimension counts p·⌈n/p⌉.
 inline double spec_step_seconds(const SpecStep& s, Index r, Index c, int p, std::size_t eb, const plan::Model& m) {
-  const double v = double(r) * double(c) * double(eb);
+  const bool rs = s.from == K::row || s.to == K::row, cs = s.from == K::col || s.to == K::col;
+  const double v = (rs ? p * largest_block(r, p) : double(r)) * (cs ? p * largest_block(c, p) : double(c)) * double(eb);
   if (s.kind == "all_gather") return cost::all_gather_seconds(m.link, v, p);
   if (s.kind == "all_to_all") return cost::all_to_all_seconds(m.link, v, p);
   if (s.kind == "all_reduce") return cost::all_reduce_seconds(m.link, v, p);
@@ -87,8 +91,8 @@ inline std::optional<double> brute_force_matmul(K a, K b, K to, Index m, Index k
     sequences(b, k, n, p, eb, model, 2, [&](K b2, double cb, int nb) {
       for (const auto& pr : spec_products) {
         if (pr.a != a2 || pr.b != b2 || !fits(pr.z, m, n, p)) continue;
-        const double flops = 2.0 * double(pr.split_m ? m / p : m) * double(pr.split_k ? k / p : k) *
-                             double(pr.split_n ? n / p : n);
+        const double flops = 2.0 * (pr.split_m ? largest_block(m, p) : double(m)) *
+                             (pr.split_k ? largest_block(k, p) : double(k)) * (pr.split_n ? largest_block(n, p) : double(n));
         sequences(pr.z, m, n, p, eb, model, 2, [&](K z2, double cz, int nz) {
           if (z2 != to || na + nb + nz > max_coll) return;
           const double total = ca + cb + cz + flops / model.flops_per_second;

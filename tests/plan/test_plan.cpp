@@ -142,17 +142,22 @@ TEST_CASE("plans that have a choice: C·C → C and Row·Row → Row") {
                        "C") == "A[R]·B[C] → C[C]; all_gather C[C] → C[R]");
 }
 
-TEST_CASE("a shape no plan divides is a DivisibilityError naming the shapes") {
+TEST_CASE("a shape that does not divide is planned too: blocks of ⌊n/p⌋ and ⌈n/p⌉, priced at the largest") {
   run_ranks(2, [&](ThreadComm& comm) {
     Group g(comm);
-    auto x = shard<Replicated>(testing::random_int<double>(3, 4, 1), g);
-    CHECK_THROWS_WITH_AS(redistribute<RowSharded>(x),
-                         "redistribute<RowSharded>: a 3x4 Replicated matrix cannot be held as RowSharded on a group of size 2",
-                         DivisibilityError);
+    const Mat<double> xd = testing::random_int<double>(3, 4, 1);
+    auto x = shard<Replicated>(xd, g);
+    const auto xr = redistribute<RowSharded>(x);
+    CHECK(xr.local_rows() == (comm.rank() == 0 ? 2 : 1));
+    CHECK(xr.local() == xd.middleRows(comm.rank() == 0 ? 0 : 2, xr.local_rows()));
     auto a = shard<Replicated>(testing::random_int<double>(3, 5, 2), g);
     auto b = shard<Replicated>(testing::random_int<double>(5, 3, 3), g);
-    CHECK_THROWS_WITH_AS(matmul<ColSharded>(a, b), "matmul<ColSharded>: no plan divides the shapes 3x5 · 5x3 on a group of size 2",
-                         DivisibilityError);
+    const Mat<double> ab = testing::random_int<double>(3, 5, 2) * testing::random_int<double>(5, 3, 3);
+    CHECK(compare(matmul<ColSharded>(a, b), ab).max_abs == 0.0);
+    // The model prices the 3 rows on 2 ranks as 2 + 2: an all_gather of 3 rows costs what 4 cost.
+    const plan::Model model{};
+    CHECK(plan::step_seconds(plan::StepKind::all_gather, K::row, K::replicated, 3, 4, 2, 8, model) ==
+          cost::all_gather_seconds(model.link, 4.0 * 4 * 8, 2));
     CHECK_THROWS_WITH_AS(matmul<Replicated>(a, a), "matmul<Replicated>: inner dimensions do not match: 3x5 · 3x5", ShapeError);
     // R·R → R needs no divisibility: the odd shapes still multiply.
     CHECK(compare(matmul<Replicated>(a, b), testing::random_int<double>(3, 5, 2) * testing::random_int<double>(5, 3, 3))

@@ -7,23 +7,20 @@
 using namespace shardalg;
 using testing::Mat;
 
-TEST_CASE("a dimension not divisible by the group size") {
+TEST_CASE("a local block that is not the rank's share of the balanced split") {
   run_ranks(3, [](ThreadComm& c) {
     Group g = c;
-    const Mat<double> A = Mat<double>::Zero(10, 6);
-    CHECK_THROWS_WITH_AS(shard<RowSharded>(A, g), "shard<RowSharded>: rows 10 is not divisible by group size 3",
-                         DivisibilityError);
-    CHECK_THROWS_WITH_AS(shard<ColSharded>(Mat<double>::Zero(4, 10), g),
-                         "shard<ColSharded>: cols 10 is not divisible by group size 3", DivisibilityError);
-    auto p = Sharded<double, Partial>(Mat<double>::Zero(4, 6), 4, 6, g);
-    CHECK_THROWS_WITH_AS(reduce_scatter<RowSharded>(p), "reduce_scatter<RowSharded>: rows 4 is not divisible by group size 3",
-                         DivisibilityError);
-    auto r = shard<Replicated>(Mat<double>::Zero(4, 6), g);
-    CHECK_THROWS_WITH_AS(split<RowSharded>(r), "split<RowSharded>: rows 4 is not divisible by group size 3",
-                         DivisibilityError);
-    auto rows = shard<RowSharded>(Mat<double>::Zero(6, 4), g);
-    CHECK_THROWS_WITH_AS(all_to_all<ColSharded>(rows), "all_to_all<ColSharded>: cols 4 is not divisible by group size 3",
-                         DivisibilityError);
+    // 10 rows on 3 ranks: 4, 3, 3. Rank 2 claiming 4 rows, or rank 0 claiming 3, is refused.
+    const Index mine = c.rank() == 0 ? 3 : 4;
+    const std::string want = c.rank() == 0 ? "4x6" : "3x6";
+    const std::string text = "Sharded<RowSharded>: local block " + std::to_string(mine) + "x6 is not rank " +
+                             std::to_string(c.rank()) + "'s share of 10x6 on a group of size 3 (expected " + want + ")";
+    CHECK_THROWS_WITH_AS((Sharded<double, RowSharded>(Mat<double>::Zero(mine, 6), 10, 6, g)), text.c_str(),
+                         GroupSizeError);
+    // 2 columns on 3 ranks: 1, 1, 0 — rank 2 holds none.
+    const Index cols = c.rank() < 2 ? 1 : 0;
+    CHECK_NOTHROW((Sharded<double, ColSharded>(Mat<double>::Zero(4, cols), 4, 2, g)));
+    CHECK_THROWS_AS((Sharded<double, ColSharded>(Mat<double>::Zero(4, 1 - cols), 4, 2, g)), GroupSizeError);
   });
 }
 
@@ -79,10 +76,9 @@ TEST_CASE("a sharded tensor handed to a communicator of another size") {
                          "rebind: a ColSharded tensor on a group of size 4 handed to a communicator of size 1",
                          GroupSizeError);
     CHECK(x.local() == before);  // the failed call moved nothing out
-    CHECK_THROWS_WITH_AS((Sharded<double, ColSharded>(Mat<double>::Zero(4, 6), 4, 12, g)),
-                         "Sharded<ColSharded>: local block 4x6 is not the share of 4x12 on a group of size 4 "
-                         "(expected 4x3)",
-                         GroupSizeError);
+    const std::string share = "Sharded<ColSharded>: local block 4x6 is not rank " + std::to_string(c.rank()) +
+                              "'s share of 4x12 on a group of size 4 (expected 4x3)";
+    CHECK_THROWS_WITH_AS((Sharded<double, ColSharded>(Mat<double>::Zero(4, 6), 4, 12, g)), share.c_str(), GroupSizeError);
   });
 }
 

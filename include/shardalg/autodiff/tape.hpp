@@ -231,7 +231,7 @@ class Tape {
     if (!x.tracked() || x.tape() != this) throw AutodiffError("ad::Tape::grad: the value is not on this tape (a constant?)");
     const auto& s = slot<T, L, B>(x.slot());
     if (s.grad) return *s.grad;
-    const auto [lr, lc] = local_shape(cot_t<L>::kind, s.rows, s.cols, s.group.size());
+    const auto [lr, lc] = local_shape(cot_t<L>::kind, s.rows, s.cols, s.group.size(), s.group.rank());
     return Sharded<T, cot_t<L>, B>(B::template zeros<T>(lr, lc), s.rows, s.cols, s.group);
   }
 

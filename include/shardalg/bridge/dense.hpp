@@ -34,11 +34,10 @@ auto take_share(const Eigen::MatrixBase<Derived>& dense, Group g, std::string_vi
   using T = typename Derived::Scalar;
   const Index rows = dense.rows(), cols = dense.cols();
   const int p = g.size(), r = g.rank();
-  detail::check_divisible(L::kind, rows, cols, p, op, "<", L::name, ">");
-  const auto [lr, lc] = local_shape(L::kind, rows, cols, p);
+  detail::check_shape(rows, cols, op, "<", L::name, ">");
   typename B::template matrix<T> local;
-  if constexpr (L::kind == LayoutKind::row) local = dense.middleRows(r * lr, lr);
-  else if constexpr (L::kind == LayoutKind::col) local = dense.middleCols(r * lc, lc);
+  if constexpr (L::kind == LayoutKind::row) local = dense.middleRows(block_offset(rows, p, r), block_size(rows, p, r));
+  else if constexpr (L::kind == LayoutKind::col) local = dense.middleCols(block_offset(cols, p, r), block_size(cols, p, r));
   else if constexpr (L::kind == LayoutKind::partial) local = r == 0 ? typename B::template matrix<T>(dense) : B::template zeros<T>(rows, cols);
   else local = dense;
   return Sharded<T, L, B>(std::move(local), rows, cols, std::move(g));
@@ -144,7 +143,7 @@ auto distribute(const Eigen::MatrixBase<Derived>& dense, Group g, int src_rank =
                            r == src_rank ? static_cast<std::int64_t>(dense.cols()) : 0};
   g.broadcast(shape, 2, src_rank, meta);
   const Index rows = static_cast<Index>(shape[0]), cols = static_cast<Index>(shape[1]);
-  detail::check_divisible(L::kind, rows, cols, p, "distribute<", L::name, ">");
+  detail::check_shape(rows, cols, "distribute<", L::name, ">");
   if constexpr (L::kind == LayoutKind::partial) {
     typename B::template matrix<T> local =
         r == src_rank ? typename B::template matrix<T>(dense) : B::template zeros<T>(rows, cols);

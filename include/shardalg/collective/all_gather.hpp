@@ -1,5 +1,6 @@
 // shardalg/collective/all_gather.hpp — X[Row] (or X[C]) → X[R] (or X[I]): every rank gets every
-// block. Ring traffic per rank: (P−1)/P · V.
+// block. Ring traffic per rank: (P−1)/P · V. Blocks that do not divide (base/blocks.hpp) go
+// through collective/uneven.hpp.
 //
 //   all_gather(x)              V → R   backward: reduce_scatter Partial → V   (cot(R) = Partial)
 //   all_gather<Invariant>(x)   V → I   backward: split I → V (free)           (SP's gather whose
@@ -8,6 +9,7 @@
 #pragma once
 
 #include "shardalg/collective/split.hpp"
+#include "shardalg/collective/uneven.hpp"
 #include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 
@@ -18,6 +20,8 @@ template <class T, class L, class B>
 typename B::template matrix<T> gather_local(const Sharded<T, L, B>& x, Group& g, const CallInfo& info) {
   const int p = x.size();
   const auto n = static_cast<std::size_t>(x.local().size());
+  if (!even_split(L::kind, x.rows(), x.cols(), p))
+    return gather_uneven<T, B>(x.local(), x.rows(), x.cols(), std::is_same_v<L, RowSharded>, g, info);
   if constexpr (std::is_same_v<L, RowSharded>) {
     auto out = B::template empty<T>(x.rows(), x.cols());  // row blocks land contiguously
     g.all_gather(x.local().data(), out.data(), n, info);

@@ -2,6 +2,7 @@
 // exchanges the rest. Traffic per rank: (P−1)/P² · V. Adjoint: all_to_all back.
 #pragma once
 
+#include "shardalg/collective/uneven.hpp"
 #include "shardalg/core/explain.hpp"
 #include "shardalg/core/sharded.hpp"
 
@@ -15,13 +16,16 @@ auto all_to_all(const Sharded<T, L, B>& x) {
   } else {
     detail::check_operand(x.group(), "all_to_all<", To::name, ">");
     const int p = x.size();
-    detail::check_divisible(To::kind, x.rows(), x.cols(), p, "all_to_all<", To::name, ">");
     auto e = explain_op(x.group(), "all_to_all", dtype_of<T>,
                         {note(x), " → ", note(x.rows(), x.cols(), To::kind)});
-    const Index br = x.rows() / p, bc = x.cols() / p;  // the exchanged tile is br × bc
-    const auto n = static_cast<std::size_t>(br * bc);
     const CallInfo info{L::notation, To::notation};
     Group g = x.group();
+    if (!even_blocks(x.rows(), p) || !even_blocks(x.cols(), p)) {  // tiles of unequal sizes: collective/uneven.hpp
+      auto mine = detail::exchange_uneven<T, B>(x.local(), x.rows(), x.cols(), std::is_same_v<To, ColSharded>, g, info);
+      return Sharded<T, To, B>(std::move(mine), x.rows(), x.cols(), std::move(g));
+    }
+    const Index br = x.rows() / p, bc = x.cols() / p;  // the exchanged tile is br × bc
+    const auto n = static_cast<std::size_t>(br * bc);
     if constexpr (std::is_same_v<To, ColSharded>) {
       // [br, cols] → tiles by destination column block; the received tiles stack to [rows, bc].
       const auto send = B::pack_col_blocks(x.local(), p);

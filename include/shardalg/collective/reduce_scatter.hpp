@@ -16,14 +16,17 @@ auto reduce_scatter(const Sharded<T, L, B>& x) {
   } else {
     detail::check_operand(x.group(), "reduce_scatter<", To::name, ">");
     const int p = x.size();
-    detail::check_divisible(To::kind, x.rows(), x.cols(), p, "reduce_scatter<", To::name, ">");
     auto e = explain_op(x.group(), "reduce_scatter", dtype_of<T>,
                         {note(x), " → ", note(x.rows(), x.cols(), To::kind)});
-    const auto [lr, lc] = local_shape(To::kind, x.rows(), x.cols(), p);
-    auto out = B::template empty<T>(lr, lc);
-    const auto n = static_cast<std::size_t>(lr * lc);
     const CallInfo info{"Partial", To::notation};
     Group g = x.group();
+    if (!even_split(To::kind, x.rows(), x.cols(), p)) {  // blocks of n/P ± 1: collective/uneven.hpp
+      auto mine = detail::reduce_scatter_uneven<T, B>(x.local(), std::is_same_v<To, RowSharded>, g, info);
+      return Sharded<T, To, B>(std::move(mine), x.rows(), x.cols(), std::move(g));
+    }
+    const auto [lr, lc] = local_shape(To::kind, x.rows(), x.cols(), p, x.rank());
+    auto out = B::template empty<T>(lr, lc);
+    const auto n = static_cast<std::size_t>(lr * lc);
     if constexpr (std::is_same_v<To, RowSharded>) {
       g.reduce_scatter(x.local().data(), out.data(), n, ReduceOp::sum, info);  // row blocks are contiguous
     } else {

@@ -16,12 +16,11 @@ auto split(const Sharded<T, L, B>& x) {
   } else {
     detail::check_operand(x.group(), "split<", To::name, ">");
     const int p = x.size(), r = x.rank();
-    detail::check_divisible(To::kind, x.rows(), x.cols(), p, "split<", To::name, ">");
     auto e = explain_op(x.group(), "split", dtype_of<T>,
                         {note(x), " → ", note(x.rows(), x.cols(), To::kind)});
-    const auto [lr, lc] = local_shape(To::kind, x.rows(), x.cols(), p);
-    const Index r0 = To::kind == LayoutKind::row ? r * lr : 0;
-    const Index c0 = To::kind == LayoutKind::col ? r * lc : 0;
+    const auto [lr, lc] = local_shape(To::kind, x.rows(), x.cols(), p, r);
+    const Index r0 = To::kind == LayoutKind::row ? block_offset(x.rows(), p, r) : 0;
+    const Index c0 = To::kind == LayoutKind::col ? block_offset(x.cols(), p, r) : 0;
     return Sharded<T, To, B>(B::copy_block(x.local(), r0, c0, lr, lc), x.rows(), x.cols(), x.group());
   }
 }

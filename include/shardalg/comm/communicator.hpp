@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -87,6 +88,11 @@ struct CallInfo {
   /// activation's (seq, batch, hidden). A receive compares it with the send's when both say it
   /// (comm/p2p_check.hpp): two messages of equal bytes and different meaning do not match.
   std::array<std::int64_t, 3> dims{-1, -1, -1};
+  /// An all_to_allv that carries an all_gather, reduce_scatter or all_to_all of uneven blocks
+  /// (collective/uneven.hpp) names that collective and the whole matrix's elements here: a ledger
+  /// records it as that collective of that size, as it records the equal-block one.
+  std::optional<CollectiveKind> uneven_as = std::nullopt;
+  std::size_t uneven_elements = 0;
 };
 
 template <class C>

@@ -101,10 +101,10 @@ template <class T, class Bk>
 typename Bk::template matrix<T> local_product(MatView<T> va, MatView<T> vb, const MatmulRule& rule, Index m,
                                               Index n, int rank, int p) {
   // R · Row: rank r holds rows J_r of B; it multiplies the matching columns of A.
-  if (rule.form == LocalForm::slice_a_cols) va = va.slice_cols(rank * vb.rows, vb.rows);
+  if (rule.form == LocalForm::slice_a_cols) va = va.slice_cols(block_offset(va.cols, p, rank), vb.rows);
   // C · R: rank r holds columns J_r of A; it multiplies the matching rows of B.
-  if (rule.form == LocalForm::slice_b_rows) vb = vb.slice_rows(rank * va.cols, va.cols);
-  const auto [lr, lc] = local_shape(rule.result, m, n, p);
+  if (rule.form == LocalForm::slice_b_rows) vb = vb.slice_rows(block_offset(vb.rows, p, rank), va.cols);
+  const auto [lr, lc] = local_shape(rule.result, m, n, p, rank);
   auto c = Bk::template empty<T>(lr, lc);
   Bk::gemm(T(1), va, vb, T(0), c);
   return c;
@@ -134,7 +134,6 @@ auto matmul(const A& a, const Bop& b) {
       throw ShapeError(detail::cat("matmul: inner dimensions do not match: ", m, "x", k, " · ", k2, "x", n));
     const Group& g = detail::result_group(ta.group(), tb.group(), "matmul");  // the ledgered handle of the two
     const int p = g.size();
-    detail::check_divisible(rule.result, m, n, p, "matmul result");
     // A[a] · B[b] → C[rule.result], local: the log shows no collective under it.
     auto e = explain_op(g, "matmul", dtype_of<T>,
                         {detail::operand_note<0>(a), detail::operand_note<1>(a), detail::operand_note<2>(a), " · ",

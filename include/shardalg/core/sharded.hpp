@@ -10,24 +10,33 @@
 
 #include "shardalg/comm/communicator.hpp"
 #include "shardalg/backend/cpu/backend.hpp"
+#include "shardalg/base/blocks.hpp"
 #include "shardalg/base/diagnostics.hpp"
 #include "shardalg/base/errors.hpp"
 #include "shardalg/base/layout.hpp"
 
 namespace shardalg {
 
-/// The local block shape of a `rows × cols` matrix in layout `k` on `p` ranks.
-constexpr std::pair<Index, Index> local_shape(LayoutKind k, Index rows, Index cols, int p) {
-  if (k == LayoutKind::row) return {rows / p, cols};
-  if (k == LayoutKind::col) return {rows, cols / p};
+/// The local block shape of rank r's share of a `rows × cols` matrix in layout `k` on `p` ranks
+/// (the balanced blocks of base/blocks.hpp: sizes differ by at most one, a rank may hold none).
+constexpr std::pair<Index, Index> local_shape(LayoutKind k, Index rows, Index cols, int p, int r) {
+  if (k == LayoutKind::row) return {block_size(rows, p, r), cols};
+  if (k == LayoutKind::col) return {rows, block_size(cols, p, r)};
   return {rows, cols};
 }
 
+/// Whether the split dimension of layout `k` divides by `p` (every block equal: the collectives'
+/// equal-count path). R, I and Partial always do.
+constexpr bool even_split(LayoutKind k, Index rows, Index cols, int p) {
+  if (k == LayoutKind::row) return even_blocks(rows, p);
+  if (k == LayoutKind::col) return even_blocks(cols, p);
+  return true;
+}
+
 namespace detail {
-/// Throw DivisibilityError unless the split dimension of layout `k` divides by `p`.
-/// `what...` names the operation in the message. It is formatted only when the check fails:
-/// this runs on every Sharded construction, where building a string would cost more than a
-/// small collective (hundreds of ns).
+/// Throw DivisibilityError unless the split dimension of layout `k` divides by `p`: for the few
+/// places whose mathematics needs equal blocks (a halo's own rows, a pipeline stage's
+/// activation buffers). `what...` names the operation; formatted only when the check fails.
 template <class... What>
 void check_divisible(LayoutKind k, Index rows, Index cols, int p, const What&... what) {
   if (rows < 0 || cols < 0) [[unlikely]]
@@ -36,6 +45,15 @@ void check_divisible(LayoutKind k, Index rows, Index cols, int p, const What&...
     throw DivisibilityError(cat(what..., ": rows ", rows, " is not divisible by group size ", p));
   if (k == LayoutKind::col && cols % p != 0)
     throw DivisibilityError(cat(what..., ": cols ", cols, " is not divisible by group size ", p));
+}
+
+/// Throw ShapeError for a negative dimension. `what...` names the operation in the message. It is
+/// formatted only when the check fails: this runs on every Sharded construction, where building a
+/// string would cost more than a small collective (hundreds of ns).
+template <class... What>
+void check_shape(Index rows, Index cols, const What&... what) {
+  if (rows < 0 || cols < 0) [[unlikely]]
+    throw ShapeError(cat(what..., ": shape ", rows, "x", cols, " has a negative dimension"));
 }
 
 /// Throw EmptyTensorError unless `g` is a group: an operand of a default-constructed Sharded has
@@ -60,20 +78,20 @@ class Sharded {
   Sharded() = default;
 
   /// Adopt a local block. Checks that it is this rank's share of `rows × cols` in layout L on
-  /// `group`; throws DivisibilityError or GroupSizeError (naming the shapes) otherwise, and
-  /// EmptyTensorError for an empty Group.
+  /// `group` (its balanced block, base/blocks.hpp); throws GroupSizeError (naming the shapes)
+  /// otherwise, ShapeError for a negative dimension and EmptyTensorError for an empty Group.
   Sharded(local_type local, Index rows, Index cols, Group group)
       : local_(std::move(local)), rows_(rows), cols_(cols), group_(std::move(group)) {
     if (!group_.valid())
       throw EmptyTensorError(detail::cat("Sharded<", L::name, ">: constructed on an empty Group (default-constructed, "
                                          "no communicator)"));
     const int p = group_.size();
-    detail::check_divisible(L::kind, rows_, cols_, p, "Sharded<", L::name, ">");
-    const auto [lr, lc] = local_shape(L::kind, rows_, cols_, p);
-    if (local_.rows() != lr || local_.cols() != lc)
+    detail::check_shape(rows_, cols_, "Sharded<", L::name, ">");
+    const auto [lr, lc] = local_shape(L::kind, rows_, cols_, p, group_.rank());
+    if (local_.rows() != lr || local_.cols() != lc) [[unlikely]]
       throw GroupSizeError(detail::cat("Sharded<", L::name, ">: local block ", local_.rows(), "x",
-                                       local_.cols(), " is not the share of ", rows_, "x", cols_,
-                                       " on a group of size ", p, " (expected ", lr, "x", lc, ")"));
+                                       local_.cols(), " is not rank ", group_.rank(), "'s share of ", rows_, "x",
+                                       cols_, " on a group of size ", p, " (expected ", lr, "x", lc, ")"));
   }
 
   /// Another layout is not convertible: a compile error [shardalg.E150] naming the collective.
@@ -89,8 +107,12 @@ class Sharded {
   [[nodiscard]] Index local_rows() const { return local_.rows(); }
   [[nodiscard]] Index local_cols() const { return local_.cols(); }
   /// Global index of the local block's first row / column.
-  [[nodiscard]] Index row_offset() const { return L::kind == LayoutKind::row ? rank() * local_rows() : 0; }
-  [[nodiscard]] Index col_offset() const { return L::kind == LayoutKind::col ? rank() * local_cols() : 0; }
+  [[nodiscard]] Index row_offset() const {
+    return L::kind == LayoutKind::row ? block_offset(rows_, size(), rank()) : 0;
+  }
+  [[nodiscard]] Index col_offset() const {
+    return L::kind == LayoutKind::col ? block_offset(cols_, size(), rank()) : 0;
+  }
 
   // Group
   [[nodiscard]] const Group& group() const { return group_; }

@@ -355,13 +355,16 @@ class Ledgered {
     forward([&](auto& c, const auto&... info) { c.recv(b, n, t, peer, info...); }, i);
     ledger_->finish(k);
   }
-  /// Recorded as all_to_all with the elements this rank sends (Σ send_counts).
+  /// Recorded as all_to_all with the elements this rank sends (Σ send_counts); one that carries an
+  /// uneven all_gather, reduce_scatter or all_to_all (CallInfo::uneven_as) as that collective,
+  /// with the whole matrix's elements.
   template <class Self = C>
     requires VariableAllToAll<Self>
   void all_to_allv(const void* s, const std::size_t* sc, void* r, const std::size_t* rc, DType t, const CallInfo& i = {}) {
     std::size_t total = 0;
     for (int p = 0; p < size(); ++p) total += sc[p];
-    const std::size_t k = ledger_->record(CollectiveKind::all_to_all, total, t, i, size(), axis_);
+    const std::size_t k = i.uneven_as ? ledger_->record(*i.uneven_as, i.uneven_elements, t, i, size(), axis_)
+                                      : ledger_->record(CollectiveKind::all_to_all, total, t, i, size(), axis_);
     forward([&](auto& c, const auto&... info) { c.all_to_allv(s, sc, r, rc, t, info...); }, i);
     ledger_->finish(k);
   }

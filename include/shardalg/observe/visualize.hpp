@@ -19,7 +19,6 @@ namespace shardalg {
 /// The block map of a `rows × cols` matrix in layout `k` on `p` ranks.
 inline std::string visualize(LayoutKind k, Index rows, Index cols, int p) {
   std::ostringstream os;
-  const auto [lr, lc] = local_shape(k, rows, cols, p);
   os << rows << "x" << cols << " " << name(k) << " on " << p << (p == 1 ? " rank" : " ranks");
   auto range = [](Index a, Index n) { return n == 0 ? std::string("none") : std::to_string(a) + ".." + std::to_string(a + n - 1); };
   switch (k) {
@@ -32,10 +31,19 @@ inline std::string visualize(LayoutKind k, Index rows, Index cols, int p) {
       break;
     case LayoutKind::row:
     case LayoutKind::col:
-      os << " (each holds " << lr << "x" << lc << ")\n";
-      for (int r = 0; r < p; ++r)
-        os << "  rank " << r << ": rows " << range(k == LayoutKind::row ? r * lr : 0, lr) << ", cols "
-           << range(k == LayoutKind::col ? r * lc : 0, lc) << "\n";
+      if (even_split(k, rows, cols, p)) {
+        const auto [lr, lc] = local_shape(k, rows, cols, p, 0);
+        os << " (each holds " << lr << "x" << lc << ")\n";
+      } else {  // balanced blocks: the first n mod p ranks hold one more
+        const auto [lr, lc] = local_shape(k, rows, cols, p, 0);
+        const auto [sr, sc] = local_shape(k, rows, cols, p, p - 1);
+        os << " (uneven: " << lr << "x" << lc << " down to " << sr << "x" << sc << ")\n";
+      }
+      for (int r = 0; r < p; ++r) {
+        const Block b = block_of(k == LayoutKind::row ? rows : cols, p, r);
+        os << "  rank " << r << ": rows " << (k == LayoutKind::row ? range(b.offset, b.size) : range(0, rows))
+           << ", cols " << (k == LayoutKind::col ? range(b.offset, b.size) : range(0, cols)) << "\n";
+      }
       break;
   }
   return os.str();

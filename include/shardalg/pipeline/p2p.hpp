@@ -79,7 +79,7 @@ std::pair<Index, Index> block_shape(const ActShape& s, int t) {
     throw PipelineError(cat("pipeline p2p: shape (seq ", s.seq, ", batch ", s.batch, ", hidden ", s.hidden,
                             ") has a negative size"));
   ::shardalg::detail::check_divisible(L::kind, s.rows(), s.cols(), t, "pipeline p2p: X[", L::notation, "]");
-  return local_shape(L::kind, s.rows(), s.cols(), t);
+  return local_shape(L::kind, s.rows(), s.cols(), t, 0);  // equal blocks: any rank's
 }
 /// The block's CallInfo: its layout and global shape (compared by the receiving communicator).
 inline CallInfo block_info(std::string_view layout, const ActShape& s) {

@@ -23,8 +23,9 @@
 // with every chain of ≤ 2 steps on each side. The *pick* uses the run-time shapes: the cheapest
 // by  seconds = Σ chain costs + 2·m′·k′·n′ / flops_per_second  (the slowest rank's local GEMM),
 // ties broken by fewer communicating steps, then fewer steps, then a fixed order — so every rank
-// (same shapes, same model) picks the same plan. A candidate whose intermediate layout does not
-// divide the shapes is skipped.
+// (same shapes, same model) picks the same plan. Every layout holds every shape (the balanced
+// blocks of base/blocks.hpp); where a split dimension does not divide, a step and the GEMM are
+// priced at the largest block, ⌈n/p⌉, the one the slowest rank holds.
 #pragma once
 
 #include <array>
@@ -82,10 +83,17 @@ struct Model {
   double flops_per_second = 1e11;
 };
 
-/// Seconds of one step on a rows × cols matrix of `elem_bytes` elements on p ranks.
-constexpr double step_seconds(StepKind s, Index rows, Index cols, int p, std::size_t elem_bytes,
-                              const Model& m) {
-  const double v = static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(elem_bytes);
+/// The extent a dimension of n costs as on p ranks when split: p·⌈n/p⌉ (n when p divides it).
+constexpr double split_extent(Index n, int p) { return static_cast<double>(p) * static_cast<double>((n + p - 1) / p); }
+
+/// Seconds of one step from → to on a rows × cols matrix of `elem_bytes` elements on p ranks; a
+/// split dimension that does not divide is priced at its largest block.
+constexpr double step_seconds(StepKind s, LayoutKind from, LayoutKind to, Index rows, Index cols, int p,
+                              std::size_t elem_bytes, const Model& m) {
+  const bool rows_split = from == LayoutKind::row || to == LayoutKind::row;
+  const bool cols_split = from == LayoutKind::col || to == LayoutKind::col;
+  const double v = (rows_split ? split_extent(rows, p) : static_cast<double>(rows)) *
+                   (cols_split ? split_extent(cols, p) : static_cast<double>(cols)) * static_cast<double>(elem_bytes);
   switch (s) {
     case StepKind::all_gather: return cost::all_gather_seconds(m.link, v, p);
     case StepKind::all_to_all: return cost::all_to_all_seconds(m.link, v, p);
@@ -97,12 +105,9 @@ constexpr double step_seconds(StepKind s, Index rows, Index cols, int p, std::si
   return 0.0;
 }
 
-/// Whether a rows × cols matrix can be held in layout k on p ranks.
-constexpr bool divides(LayoutKind k, Index rows, Index cols, int p) {
-  if (k == LayoutKind::row) return rows % p == 0;
-  if (k == LayoutKind::col) return cols % p == 0;
-  return true;
-}
+/// Whether a rows × cols matrix can be held in layout k on p ranks: always, for a shape with no
+/// negative dimension (a split that does not divide gives blocks of ⌊n/p⌋ and ⌈n/p⌉).
+constexpr bool holds(LayoutKind, Index rows, Index cols, int p) { return rows >= 0 && cols >= 0 && p >= 1; }
 
 // ---------------------------------------------------------------------------------------------
 // Chains
@@ -125,12 +130,14 @@ struct Chain {
   }
   [[nodiscard]] constexpr double seconds(Index rows, Index cols, int p, std::size_t eb, const Model& m) const {
     double s = 0;
-    for (int i = 0; i < steps; ++i) s += step_seconds(step(i), rows, cols, p, eb, m);
+    for (int i = 0; i < steps; ++i)
+      s += step_seconds(step(i), at[static_cast<std::size_t>(i)], at[static_cast<std::size_t>(i) + 1], rows, cols, p,
+                        eb, m);
     return s;
   }
   [[nodiscard]] constexpr bool feasible(Index rows, Index cols, int p) const {
     for (int i = 0; i <= steps; ++i)
-      if (!divides(at[static_cast<std::size_t>(i)], rows, cols, p)) return false;
+      if (!holds(at[static_cast<std::size_t>(i)], rows, cols, p)) return false;
     return true;
   }
 };
@@ -214,12 +221,14 @@ constexpr LocalProducts local_products() {
   return out;
 }
 
-/// Local GEMM dimensions of A′[m,k] · B′[k,n] on p ranks.
+/// Local GEMM dimensions of A′[m,k] · B′[k,n] on p ranks: the largest block's, ⌈·/p⌉ (the
+/// slowest rank's GEMM).
 constexpr double local_flops(const LocalProduct& lp, Index m, Index k, Index n, int p) {
-  const double lm = static_cast<double>(lp.a == LayoutKind::row ? m / p : m);
-  const double ln = static_cast<double>(lp.b == LayoutKind::col ? n / p : n);
+  const auto largest = [p](Index d) { return static_cast<double>((d + p - 1) / p); };
+  const double lm = lp.a == LayoutKind::row ? largest(m) : static_cast<double>(m);
+  const double ln = lp.b == LayoutKind::col ? largest(n) : static_cast<double>(n);
   const bool k_split = lp.a == LayoutKind::col || lp.b == LayoutKind::row;
-  const double lk = static_cast<double>(k_split ? k / p : k);
+  const double lk = k_split ? largest(k) : static_cast<double>(k);
   return 2.0 * lm * lk * ln;
 }
 
@@ -243,7 +252,7 @@ constexpr MatmulPlan choose_matmul(LayoutKind a, LayoutKind b, LayoutKind to, In
   const LocalProducts lps = local_products();
   for (int i = 0; i < lps.n; ++i) {
     const LocalProduct lp = lps.items[static_cast<std::size_t>(i)];
-    if (!divides(lp.z, m, n, p)) continue;
+    if (!holds(lp.z, m, n, p)) continue;
     const RedistributePlan ca = choose_redistribute(a, lp.a, m, k, p, elem_bytes, model);
     const RedistributePlan cb = choose_redistribute(b, lp.b, k, n, p, elem_bytes, model);
     const RedistributePlan cz = choose_redistribute(lp.z, to, m, n, p, elem_bytes, model);

@@ -25,6 +25,7 @@
 #include "shardalg/base/index.hpp"
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #if defined(SHARDALG_HAVE_BLAS)
 #include <cblas.h>
@@ -116,6 +117,35 @@ struct CpuBackend {
     const Index r = stacked.rows() / p, w = stacked.cols();
     matrix<T> out(r, p * w);
     for (int s = 0; s < p; ++s) out.middleCols(s * w, w) = stacked.middleRows(s * r, r);
+    return out;
+  }
+
+  /// Uneven column blocks: [rows, Σw] → the blocks [rows, w_s] one after another in a flat
+  /// [1, rows·Σw] buffer (block s is columns [Σ_{t<s} w_t, … + w_s)).
+  template <class T>
+  static matrix<T> pack_col_blocks(const matrix<T>& x, const std::vector<Index>& widths) {
+    const Index r = x.rows();
+    matrix<T> out(1, x.size());
+    Index c0 = 0, at = 0;
+    for (const Index w : widths) {
+      Eigen::Map<matrix<T>>(out.data() + at, r, w) = x.middleCols(c0, w);
+      c0 += w;
+      at += r * w;
+    }
+    return out;
+  }
+  /// The inverse: the flat blocks [rows, w_s] one after another → [rows, Σw].
+  template <class T>
+  static matrix<T> unpack_col_blocks(const matrix<T>& flat, Index rows, const std::vector<Index>& widths) {
+    Index total = 0;
+    for (const Index w : widths) total += w;
+    matrix<T> out(rows, total);
+    Index c0 = 0, at = 0;
+    for (const Index w : widths) {
+      out.middleCols(c0, w) = Eigen::Map<const matrix<T>>(flat.data() + at, rows, w);
+      c0 += w;
+      at += rows * w;
+    }
     return out;
   }
 

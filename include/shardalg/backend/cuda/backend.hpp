@@ -175,6 +175,34 @@ struct CudaBackend {
     return out;
   }
 
+  /// Uneven column blocks: [rows, Σw] → the blocks [rows, w_s] one after another, flat [1, rows·Σw].
+  template <class T>
+  static matrix<T> pack_col_blocks(const matrix<T>& x, const std::vector<Index>& widths) {
+    const Index r = x.rows();
+    matrix<T> out(1, x.rows() * x.cols());
+    Index c0 = 0, at = 0;
+    for (const Index w : widths) {
+      if (w > 0 && r > 0) detail::copy_2d(out.data() + at, w, x.data() + c0, x.cols(), w, r);
+      c0 += w;
+      at += r * w;
+    }
+    return out;
+  }
+  /// The inverse: the flat blocks [rows, w_s] one after another → [rows, Σw].
+  template <class T>
+  static matrix<T> unpack_col_blocks(const matrix<T>& flat, Index rows, const std::vector<Index>& widths) {
+    Index total = 0;
+    for (const Index w : widths) total += w;
+    matrix<T> out(rows, total);
+    Index c0 = 0, at = 0;
+    for (const Index w : widths) {
+      if (w > 0 && rows > 0) detail::copy_2d(out.data() + c0, total, flat.data() + at, w, w, rows);
+      c0 += w;
+      at += rows * w;
+    }
+    return out;
+  }
+
   template <class T, class F>
   static matrix<T> map(const matrix<T>& x, F f) {
     matrix<T> y(x.rows(), x.cols());

@@ -31,10 +31,10 @@ template <Element T, Layout L, class B = CpuBackend, class F>
 Sharded<T, L, B> from_global(Index rows, Index cols, const Group& g, F f) {
   static_assert(!std::is_same_v<L, Partial>, "from_global: a Partial value has no element-wise global index");
   const int p = g.size();
-  shardalg::detail::check_divisible(L::kind, rows, cols, p, "from_global<", L::name, ">");
-  const auto [lr, lc] = local_shape(L::kind, rows, cols, p);
-  const Index r0 = L::kind == LayoutKind::row ? g.rank() * lr : 0;
-  const Index c0 = L::kind == LayoutKind::col ? g.rank() * lc : 0;
+  shardalg::detail::check_shape(rows, cols, "from_global<", L::name, ">");
+  const auto [lr, lc] = local_shape(L::kind, rows, cols, p, g.rank());
+  const Index r0 = L::kind == LayoutKind::row ? block_offset(rows, p, g.rank()) : 0;
+  const Index c0 = L::kind == LayoutKind::col ? block_offset(cols, p, g.rank()) : 0;
   auto local = Kernels<B>::template generate<T>(lr, lc, [&](Index i, Index j) { return static_cast<T>(f(r0 + i, c0 + j)); });
   return Sharded<T, L, B>(std::move(local), rows, cols, g);
 }
