@@ -350,13 +350,17 @@ TEST_CASE("bad input: typed errors with exact text") {
   CHECK(nn::padded_vocab(50257, 128, 8) == 51200);
   CHECK(nn::padded_vocab(50257, 128, 1) == 50304);
   CHECK(nn::padded_vocab(128, 128, 1) == 128);
-  CHECK_THROWS_WITH_AS(on(4, [&](const Group& g) { nn::VocabParallelEmbedding<double>::make_padded(128, 130, 8, g, filler); }),
-                       "VocabParallelEmbedding: padded vocabulary 130 is not divisible by tensor-parallel size 4",
-                       DivisibilityError);
+  // Any padded size splits (balanced blocks): 130 rows on 4 ranks are 33, 33, 32, 32.
+  on(4, [&](const Group& g) {
+    const auto e = nn::VocabParallelEmbedding<double>::make_padded(128, 130, 8, g, filler);
+    CHECK(e.vocab_start() == std::vector<Index>{0, 33, 66, 98}[static_cast<std::size_t>(g.rank())]);
+    CHECK(e.vocab_end() - e.vocab_start() == (g.rank() < 2 ? 33 : 32));
+  });
   CHECK_THROWS_WITH_AS(on(2, [&](const Group& g) { nn::VocabParallelEmbedding<double>::make_padded(128, 120, 8, g, filler); }),
                        "VocabParallelEmbedding: padded vocabulary 120 is smaller than vocabulary 128", ShapeError);
   CHECK_THROWS_WITH_AS(nn::padded_vocab(0, 128, 2), "vocabulary size 0 must be at least 1", ShapeError);
-  CHECK_THROWS_WITH_AS(nn::padded_vocab(100, 0, 2), "vocabulary divisor 0 must be at least 1", ShapeError);
+  CHECK(nn::padded_vocab(50257, 0, 3) == 50257);  // divisor 0: no padding
+  CHECK_THROWS_WITH_AS(nn::padded_vocab(100, -1, 2), "vocabulary divisor -1 must be 0 (no padding) or at least 1", ShapeError);
   // Token ids and targets out of range.
   CHECK_THROWS_WITH_AS(on(2, [&](const Group& g) {
                          const auto e = nn::VocabParallelEmbedding<double>::make(128, 8, g, filler);
@@ -373,11 +377,11 @@ TEST_CASE("bad input: typed errors with exact text") {
                          (void)e.forward(Ids{-1, 2});
                        }),
                        "VocabParallelEmbedding: token id -1 is out of range for vocabulary 128", IndexError);
-  CHECK_THROWS_WITH_AS(on(4, [&](const Group& g) {
-                         const auto e = nn::VocabParallelEmbedding<double>::make(128, 8, g, filler);
-                         (void)e.forward_sp(Ids{1, 2, 3, 4, 5, 6});
-                       }),
-                       "VocabParallelEmbedding: tokens 6 is not divisible by tensor-parallel size 4", DivisibilityError);
+  // Six tokens on 4 ranks under sequence parallelism: blocks of 2, 2, 1, 1.
+  on(4, [&](const Group& g) {
+    const auto e = nn::VocabParallelEmbedding<double>::make(128, 8, g, filler);
+    CHECK(e.forward_sp(Ids{1, 2, 3, 4, 5, 6}).y.local_rows() == (g.rank() < 2 ? 2 : 1));
+  });
   auto logits = [](const Group& g, Index t, Index v) { return shard<ColSharded>(testing::random_real<double>(t, v, 1), g); };
   CHECK_THROWS_WITH_AS(on(4, [&](const Group& g) {
                          const nn::VocabParallelCrossEntropy<double> ce(128);

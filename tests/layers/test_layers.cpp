@@ -457,15 +457,17 @@ TEST_CASE("bad input: typed errors with exact text") {
   CHECK_THROWS_WITH_AS(on(4, [](const Group& g) { nn::Attention<float>::init({48, 12, 6, 4, true}, g, {}); }),
                        "Attention: 6 query groups are neither a multiple nor a divisor of tensor-parallel size 4",
                        DivisibilityError);
-  CHECK_THROWS_WITH_AS(on(4, [](const Group& g) { nn::Mlp<double>::init({24, 50, nn::Activation::gelu_tanh, true}, g, {}); }),
-                       "Mlp: ffn size 50 is not divisible by tensor-parallel size 4", DivisibilityError);
-  CHECK_THROWS_WITH_AS(on(4, [](const Group& g) { nn::ColumnParallelLinear<double>::init(8, 10, true, g, {1, 0.02}, 1); }),
-                       "ColumnParallelLinear: output size 10 is not divisible by tensor-parallel size 4",
-                       DivisibilityError);
-  CHECK_THROWS_WITH_AS(on(4, [](const Group& g) { nn::RowParallelLinear<double>::init(10, 8, true, g, {1, 0.02}, 1); }),
-                       "RowParallelLinear: input size 10 is not divisible by tensor-parallel size 4", DivisibilityError);
-  CHECK_THROWS_WITH_AS(on(4, [](const Group& g) { nn::ParallelLayerNorm<double>::init(10, nn::NormKind::layer, g); }),
-                       "ParallelLayerNorm: hidden size 10 is not divisible by tensor-parallel size 4", DivisibilityError);
+  // Under SwiGLU each rank holds one block of gate and one of up in a fused weight: F must divide.
+  CHECK_THROWS_WITH_AS(on(4, [](const Group& g) { nn::Mlp<double>::init({24, 50, nn::Activation::swiglu, true}, g, {}); }),
+                       "Mlp (SwiGLU): ffn size 50 is not divisible by tensor-parallel size 4", DivisibilityError);
+  // Elsewhere any size splits in balanced blocks: 10 on 4 ranks is 3, 3, 2, 2.
+  on(4, [](const Group& g) {
+    const Index want = g.rank() < 2 ? 3 : 2;
+    CHECK(nn::Mlp<double>::init({24, 10, nn::Activation::gelu_tanh, true}, g, {}).fc1().weight().local_cols() == want);
+    CHECK(nn::ColumnParallelLinear<double>::init(8, 10, true, g, {1, 0.02}, 1).weight().local_cols() == want);
+    CHECK(nn::RowParallelLinear<double>::init(10, 8, true, g, {1, 0.02}, 1).weight().local_rows() == want);
+    CHECK(nn::ParallelLayerNorm<double>::init(10, nn::NormKind::layer, g).gamma().local_cols() == want);
+  });
   auto block_cfg = [] {
     nn::BlockConfig c;
     c.hidden = 64;

@@ -299,9 +299,10 @@ TEST_CASE("data parallel: bad input is an error naming the values") {
                          "DataParallelGpt: axis pp of size 2 is not supported (only dp, cp and tp)", MeshError);
     Mesh mesh(comm, {{"dp", 4}, {"tp", 1}});
     auto odd = c;
-    odd.batch = 6;
+    odd.batch = 3;
     CHECK_THROWS_WITH_AS(nn::DataParallelGpt<double>::init(odd, mesh),
-                         "DataParallelGpt: batch 6 is not divisible by the dp size 4", DivisibilityError);
+                         "DataParallelGpt: batch 3 is smaller than the dp size 4 (every replica needs a sequence)",
+                         DivisibilityError);
     auto model = nn::DataParallelGpt<double>::init(c, mesh);
     nn::Adam<double> adam;
     CHECK_THROWS_WITH_AS(model.step(adam), "DataParallelGpt: step() without gradients; call forward_backward first",

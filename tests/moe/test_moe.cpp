@@ -349,8 +349,9 @@ TEST_CASE("bad input: typed errors naming the values") {
                        "Moe: capacity factor -1.5 must be positive and finite (leave it unset for dropless routing)", ShapeError);
   cfg = config(cases()[0]);
   cfg.ffn = 6;
+  cfg.act = nn::Activation::swiglu;  // the fused gate|up needs F divisible by the expert's TP
   CHECK_THROWS_WITH_AS(on(4, [&](const Group& g) { build(g, 1, 4, cfg); }),
-                       "Mlp: ffn size 6 is not divisible by tensor-parallel size 4", DivisibilityError);
+                       "Mlp (SwiGLU): ffn size 6 is not divisible by tensor-parallel size 4", DivisibilityError);
   cfg = config(cases()[0]);
   cfg.aux_loss_coeff = -0.1;
   CHECK_THROWS_WITH_AS(on(1, [&](const Group& g) { build(g, 1, 1, cfg); }),

@@ -141,7 +141,8 @@ Parsed parse_options(int argc, char** argv) {
   integer_option(app, flags, "--seq", o.seq, "sequence length s", kOne);
   integer_option(app, flags, "--batch", o.batch, "sequences per batch b", kOne);
   integer_option(app, flags, "--vocab", o.vocab, "vocabulary size (padded to a multiple of divisor·TP)", kOne);
-  integer_option(app, flags, "--vocab-divisor", o.vocab_divisor, "Megatron's make-vocab-size-divisible-by", kOne);
+  integer_option(app, flags, "--vocab-divisor", o.vocab_divisor,
+                 "Megatron's make-vocab-size-divisible-by; 0: no padding (the vocabulary in balanced blocks)", kZero);
   app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember({"float", "double"}))->capture_default_str();
   integer_option(app, flags, "--seed", o.seed_arg, "seed of the weights, tokens and dropout masks (0 … 2^63−1)",
                  std::int64_t{0});

@@ -159,8 +159,13 @@ inline void validate(const Options& o, int p) {
   };
   positive("--tp", p);
   positive("--dp", o.dp);
-  if (o.batch % o.dp != 0)
-    throw ConfigError(cat("--batch ", o.batch, " is not divisible by --dp ", o.dp, " (each replica takes batch/dp sequences)"));
+  // Replicas take balanced blocks of the sequences (7 on 3: 3, 2, 2); with --pp or --cp the
+  // per-replica micro-batches and chunks are counted from batch/dp, so there it must divide.
+  if (o.batch < o.dp)
+    throw ConfigError(cat("--batch ", o.batch, " is smaller than --dp ", o.dp, " (every replica needs a sequence)"));
+  if ((o.pp > 1 || o.cp > 1) && o.batch % o.dp != 0)
+    throw ConfigError(cat("--batch ", o.batch, " is not divisible by --dp ", o.dp,
+                          " (with --pp or --cp each replica takes batch/dp sequences)"));
   if (o.zero && o.dp < 2) throw ConfigError("--zero shards the optimizer over data-parallel replicas: it needs --dp 2 or more");
   positive("--pp", o.pp);
   positive("--cp", o.cp);
@@ -192,7 +197,8 @@ inline void validate(const Options& o, int p) {
   positive("--seq", o.seq);
   positive("--batch", o.batch);
   positive("--vocab", o.vocab);
-  positive("--vocab-divisor", o.vocab_divisor);
+  if (o.vocab_divisor < 0)
+    throw ConfigError(cat("--vocab-divisor ", o.vocab_divisor, " must be 0 (no padding) or positive"));
   if (o.groups < 0) throw ConfigError(cat("--groups ", o.groups, " must be 0 (= heads) or positive"));
   if (o.ffn < 0) throw ConfigError(cat("--ffn ", o.ffn, " must be 0 (= 4·hidden) or positive"));
   if (!(o.dropout >= 0.0 && o.dropout < 1.0)) throw ConfigError(cat("--dropout ", o.dropout, " is outside [0, 1)"));
@@ -204,7 +210,6 @@ inline void validate(const Options& o, int p) {
   nn::Gpt<double>::check(gpt_config(o, o.sp), p);  // sizes whose products overflow 64 bits, …
   const Index padded = nn::padded_vocab(o.vocab, o.vocab_divisor, p);
   nn::VocabParallelEmbedding<double>::check_padding("VocabParallelEmbedding", o.vocab, padded, p);
-  if (o.sp) nn::SequenceParallelBlock<double>::check_tokens(o.tokens(), p);
   check_trace_writable(o.trace);
   if (!o.dump.empty()) {
     if (o.dp > 1 || o.pp > 1) throw ConfigError(cat("--dump writes a tensor-parallel run (and --sp); not one with --dp ", o.dp, " or --pp ", o.pp));

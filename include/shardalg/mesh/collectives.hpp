@@ -72,9 +72,9 @@ auto all_gather(const MeshSharded<T, Ax, B>& x) {
     } else if constexpr (mesh_detail::split_after<Ax>(i, mesh_detail::split_dim(k))) {
       return diagnose<Diag::not_innermost, A>();
     } else {
-      const Index s = x.groups()[i].size();
-      const Index r = x.local_rows() * (k == LayoutKind::row ? s : 1);
-      const Index c = x.local_cols() * (k == LayoutKind::col ? s : 1);
+      // A is the innermost split of its dimension: it splits the block the outer axes leave.
+      const Index r = k == LayoutKind::row ? x.nested_block(0, i).size : x.local_rows();
+      const Index c = k == LayoutKind::col ? x.nested_block(1, i).size : x.local_cols();
       Sharded<T, layout_t<k>, B> v(x.local(), r, c, x.groups()[i]);
       return mesh_detail::rewrap<A, To>(all_gather<To>(v).local(), x);
     }

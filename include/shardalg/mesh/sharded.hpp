@@ -1,8 +1,9 @@
 // shardalg/mesh/sharded.hpp — MeshSharded<T, Axes<On<A, L>...>>: a matrix with one layout per
 // mesh axis. Rank (c_A, …) holds one block; its shape and place follow from the layouts:
 //
-//   rows split by every Row axis, columns by every C axis, in list order (outermost first):
-//   the row block index of X[dp:Row, tp:Row] on rank (d, t) is d · size_tp + t.
+//   rows split by every Row axis, columns by every C axis, in list order (outermost first): each
+//   split takes the balanced block (base/blocks.hpp) of the block before it, so X[dp:Row, tp:Row]
+//   on rank (d, t) holds block t of block d (block d · size_tp + t of equal blocks when they divide).
 //   R and I axes hold copies; a Partial axis holds a summand (the value is the sum over it).
 //
 // The one-axis Sharded<T, L> is the single-axis case: lift<A>(x) makes it a MeshSharded on axis A
@@ -38,8 +39,8 @@ class MeshSharded {
   MeshSharded() = default;
 
   /// Adopt a local block on the axis groups (in list order). Throws EmptyTensorError for an
-  /// empty group, MeshError when a group says it is another axis, DivisibilityError and
-  /// GroupSizeError (naming the shapes) when the block is not this rank's share.
+  /// empty group, MeshError when a group says it is another axis, and GroupSizeError (naming the
+  /// shapes) when the block is not this rank's share.
   MeshSharded(local_type local, Index rows, Index cols, Groups groups)
       : local_(std::move(local)), rows_(rows), cols_(cols), groups_(std::move(groups)) {
     check();
@@ -79,9 +80,20 @@ class MeshSharded {
       }
     return {idx, count};
   }
+  /// This rank's rows (dim 0) or columns (dim 1) after the splits of the first `upto` axes: each
+  /// split takes its balanced block of the block before it. nested_block(d) is the local block's.
+  [[nodiscard]] Block nested_block(int dim, std::size_t upto = N) const {
+    Block b{0, dim == 0 ? rows_ : cols_};
+    for (std::size_t i = 0; i < upto && i < N; ++i)
+      if (mesh_detail::split_dim(Ax::kinds[i]) == dim) {
+        const Block c = block_of(b.size, groups_[i].size(), groups_[i].rank());
+        b = {b.offset + c.offset, c.size};
+      }
+    return b;
+  }
   /// Global index of the local block's first row / column.
-  [[nodiscard]] Index row_offset() const { return block(0).first * local_rows(); }
-  [[nodiscard]] Index col_offset() const { return block(1).first * local_cols(); }
+  [[nodiscard]] Index row_offset() const { return nested_block(0).offset; }
+  [[nodiscard]] Index col_offset() const { return nested_block(1).offset; }
 
   /// "8x6[dp:Row, tp:C]".
   friend std::ostream& operator<<(std::ostream& os, const MeshSharded& x) {
@@ -106,15 +118,10 @@ class MeshSharded {
         throw MeshError(cat(what, ": the group given for axis ", Ax::names[i], " is the group of axis ", a));
     }
     if (rows_ < 0 || cols_ < 0) throw ShapeError(cat(what, ": shape ", rows_, "x", cols_, " has a negative dimension"));
-    const auto [ri, rn] = block(0);
-    const auto [ci, cn] = block(1);
-    if (rows_ % rn != 0)
-      throw DivisibilityError(cat(what, ": rows ", rows_, " are not divisible by the ", rn, " row blocks"));
-    if (cols_ % cn != 0)
-      throw DivisibilityError(cat(what, ": cols ", cols_, " are not divisible by the ", cn, " column blocks"));
-    if (local_.rows() != rows_ / rn || local_.cols() != cols_ / cn)
+    const Index lr = nested_block(0).size, lc = nested_block(1).size;
+    if (local_.rows() != lr || local_.cols() != lc)
       throw GroupSizeError(cat(what, ": local block ", local_.rows(), "x", local_.cols(), " is not the share of ",
-                               rows_, "x", cols_, " (expected ", rows_ / rn, "x", cols_ / cn, ")"));
+                               rows_, "x", cols_, " (expected ", lr, "x", lc, ")"));
   }
 
   local_type local_;
@@ -139,7 +146,8 @@ MeshSharded<T, Axes<On<A, L>>, B> lift(Sharded<T, L, B> x) {
 
 /// Add axis A outermost, on group `g`, without moving data: L = Replicated (every rank of A holds
 /// this value), Partial (each rank of A holds a summand) or RowSharded / ColSharded (each rank of
-/// A holds one block: the global shape grows by A's size in that dimension).
+/// A holds one block of equal size: the global shape grows by A's size in that dimension; blocks
+/// of unequal sizes are GroupSizeError — their whole is not the local shape times A's size).
 template <MeshAxis A, Layout L, class T, class... Os, class B>
 MeshSharded<T, Axes<On<A, L>, Os...>, B> stack(Group g, MeshSharded<T, Axes<Os...>, B> x) {
   static_assert(axis_index_v<A, Axes<Os...>> == mesh_detail::npos, "stack<A, L>: the tensor already lives on A");
@@ -182,21 +190,20 @@ auto shard(const Eigen::MatrixBase<Derived>& dense, const Mesh& mesh) {
   using T = typename Derived::Scalar;
   using M = MeshSharded<T, Ax, B>;
   auto groups = M::groups_of(mesh);
-  Index rn = 1, cn = 1, ri = 0, ci = 0;
+  const Index rows = dense.rows(), cols = dense.cols();
+  Block rb{0, rows}, cb{0, cols};  // nested balanced blocks, outermost axis first
   bool holder = true;
   for (std::size_t i = 0; i < Ax::size; ++i) {
     const int d = mesh_detail::split_dim(Ax::kinds[i]);
     const int s = groups[i].size(), c = groups[i].rank();
-    if (d == 0) ri = ri * s + c, rn *= s;
-    if (d == 1) ci = ci * s + c, cn *= s;
+    Block& b = d == 0 ? rb : cb;
+    if (d == 0 || d == 1) {
+      const Block k = block_of(b.size, s, c);
+      b = {b.offset + k.offset, k.size};
+    }
     if (Ax::kinds[i] == LayoutKind::partial && c != 0) holder = false;
   }
-  const Index rows = dense.rows(), cols = dense.cols();
-  if (rows % rn != 0 || cols % cn != 0)
-    throw DivisibilityError(detail::cat("shard<", axes_notation<Ax>(), ">: shape ", rows, "x", cols, " is not divisible into ",
-                                        rn, "x", cn, " blocks"));
-  const Index lr = rows / rn, lc = cols / cn;
-  typename B::template matrix<T> local = dense.block(ri * lr, ci * lc, lr, lc);
+  typename B::template matrix<T> local = dense.block(rb.offset, cb.offset, rb.size, cb.size);
   if (!holder) local.setZero();
   return M(std::move(local), rows, cols, std::move(groups));
 }
@@ -208,13 +215,13 @@ typename B::template matrix<T> to_dense(const MeshSharded<T, Ax, B>& x) {
   typename B::template matrix<T> cur = x.local();
   for (std::size_t i = Ax::size; i-- > 0;) {
     const Group& g = x.groups()[i];
-    const Index s = g.size(), r = cur.rows(), c = cur.cols();  // before cur is moved from
-    switch (Ax::kinds[i]) {
+    const Index r = cur.rows(), c = cur.cols();  // before cur is moved from
+    switch (Ax::kinds[i]) {  // the block before axis i's split is the whole of what it splits
       case LayoutKind::row:
-        cur = to_dense(Sharded<T, RowSharded, B>(std::move(cur), r * s, c, g));
+        cur = to_dense(Sharded<T, RowSharded, B>(std::move(cur), x.nested_block(0, i).size, c, g));
         break;
       case LayoutKind::col:
-        cur = to_dense(Sharded<T, ColSharded, B>(std::move(cur), r, c * s, g));
+        cur = to_dense(Sharded<T, ColSharded, B>(std::move(cur), r, x.nested_block(1, i).size, g));
         break;
       case LayoutKind::partial:
         cur = to_dense(Sharded<T, Partial, B>(std::move(cur), r, c, g));

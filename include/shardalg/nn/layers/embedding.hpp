@@ -1,6 +1,6 @@
 // shardalg/nn/layers/embedding.hpp — the vocabulary-parallel embedding E[v_padded, h] and the tied
-// output projection (the LM head). E is RowSharded: rank r owns vocabulary rows
-// [r·v_padded/P, (r+1)·v_padded/P).
+// output projection (the LM head). E is RowSharded: rank r owns its block of vocabulary rows
+// (r·v_padded/P … (r+1)·v_padded/P when P divides v_padded).
 //
 // Lookup (ids: T token ids, the same on every rank)
 //   forward   ids → masked local lookup in E[Row] → Y[Partial]  (rows of other ranks' tokens are 0)
@@ -20,7 +20,9 @@
 //   The tied weight's gradient is the sum of the two Row gradients (lookup + head), local.
 //
 // Padding: v_padded is a multiple of divisor·P (Megatron's make-vocab-size-divisible-by, via
-// cost::padded_vocab_size). Pad rows are zero, never looked up (ids must be < vocab), and the
+// cost::padded_vocab_size), or with divisor 0 the vocabulary itself: E[vocab, h] in balanced
+// blocks (base/blocks.hpp; GPT-2's 50257 on 3 ranks: 16753, 16752, 16752). Either way a rank owns
+// the rows [vocab_start, vocab_end). Pad rows are zero, never looked up (ids must be < vocab), and the
 // cross-entropy (nn/layers/cross_entropy.hpp) masks their logits out of the softmax, so their gradient
 // stays zero. Real rows are initialised from (seed, tensor, global row, column), so E at TP=k
 // equals E at TP=1 on every real row, bit for bit, whatever the padding.
@@ -50,10 +52,13 @@ namespace shardalg::nn {
 inline constexpr TensorKind word_embedding_kind = TensorKind::word_embedding;
 
 /// The padded vocabulary: the smallest multiple of divisor·tp that holds `vocab` (50257, 128, 8 →
-/// 51200). Throws ShapeError for a vocabulary or divisor below 1.
+/// 51200); divisor 0: no padding, the vocabulary itself in balanced blocks (50257 on 3 ranks:
+/// 16753, 16752, 16752 rows). Throws ShapeError for a vocabulary below 1 or a negative divisor.
 inline Index padded_vocab(Index vocab, Index divisor, int tp) {
   if (vocab < 1) throw ShapeError(shardalg::detail::cat("vocabulary size ", vocab, " must be at least 1"));
-  if (divisor < 1) throw ShapeError(shardalg::detail::cat("vocabulary divisor ", divisor, " must be at least 1"));
+  if (divisor < 0)
+    throw ShapeError(shardalg::detail::cat("vocabulary divisor ", divisor, " must be 0 (no padding) or at least 1"));
+  if (divisor == 0) return vocab;
   Index m = 0, top = 0;
   if (__builtin_mul_overflow(divisor, static_cast<Index>(tp), &m) || __builtin_add_overflow(vocab, m - 1, &top))
     throw ShapeError(shardalg::detail::cat("vocabulary ", vocab, " padded to a multiple of divisor ", divisor,
@@ -190,7 +195,6 @@ class VocabParallelEmbedding {
   }
   /// ids → Y[Row] (sequence parallel): lookup, then one reduce_scatter of T·h.
   [[nodiscard]] ForwardSP forward_sp(std::span<const std::int64_t> ids) const {
-    check_tokens_divisible(static_cast<Index>(ids.size()));
     auto yp = lookup(ids);
     return {reduce_scatter<RowSharded>(yp), Cache{{ids.begin(), ids.end()}}};
   }
@@ -244,14 +248,11 @@ class VocabParallelEmbedding {
 
   void sgd(const ParamGrads& g, T lr) { sgd_update(e_, g.de, lr); }
 
-  /// Throws unless v_padded ≥ vocab ≥ 1 and P divides v_padded.
-  static void check_padding(std::string_view name, Index vocab, Index padded, int p) {
+  /// Throws unless v_padded ≥ vocab ≥ 1 (any v_padded splits: balanced blocks, base/blocks.hpp).
+  static void check_padding(std::string_view name, Index vocab, Index padded, int) {
     if (vocab < 1) throw ShapeError(shardalg::detail::cat(name, ": vocabulary size ", vocab, " must be at least 1"));
     if (padded < vocab)
       throw ShapeError(shardalg::detail::cat(name, ": padded vocabulary ", padded, " is smaller than vocabulary ", vocab));
-    if (padded % p != 0)
-      throw DivisibilityError(shardalg::detail::cat(name, ": padded vocabulary ", padded,
-                                                    " is not divisible by tensor-parallel size ", p));
   }
 
  private:
@@ -259,11 +260,6 @@ class VocabParallelEmbedding {
     for (const auto id : ids)
       if (id < 0 || id >= vocab_)
         throw IndexError(shardalg::detail::cat(name_, ": token id ", id, " is out of range for vocabulary ", vocab_));
-  }
-  void check_tokens_divisible(Index t) const {
-    if (t % e_.size() != 0)
-      throw DivisibilityError(shardalg::detail::cat(name_, ": tokens ", t,
-                                                    " is not divisible by tensor-parallel size ", e_.size()));
   }
   void check_dy(const Cache& c, Index rows, Index cols) const {
     if (rows != static_cast<Index>(c.ids.size()) || cols != hidden())

@@ -172,8 +172,7 @@ class ColumnParallelLinear : public detail::LinearParams<ColumnParallelLinear<T,
   template <class WF, class BF>
   static ColumnParallelLinear make(Index in, Index out, bool bias, const Group& g, WF wf, BF bf,
                                    std::string name = "ColumnParallelLinear") {
-    detail::require_divisible(name, "output size", out, g.size());
-    auto w = from_global<T, ColSharded, B>(in, out, g, wf);
+    auto w = from_global<T, ColSharded, B>(in, out, g, wf);  // any out: balanced column blocks
     std::optional<Bias> b;
     if (bias) b = from_global<T, ColSharded, B>(1, out, g, [&](Index, Index j) { return bf(j); });
     return ColumnParallelLinear(std::move(w), std::move(b), std::move(name));
@@ -314,8 +313,7 @@ class RowParallelLinear : public detail::LinearParams<RowParallelLinear<T, B>, S
   template <class WF, class BF>
   static RowParallelLinear make(Index in, Index out, bool bias, const Group& g, WF wf, BF bf,
                                 std::string name = "RowParallelLinear") {
-    detail::require_divisible(name, "input size", in, g.size());
-    auto w = from_global<T, RowSharded, B>(in, out, g, wf);
+    auto w = from_global<T, RowSharded, B>(in, out, g, wf);  // any in: balanced row blocks
     std::optional<Bias> b;
     if (bias) b = from_global<T, Replicated, B>(1, out, g, [&](Index, Index j) { return bf(j); });
     return RowParallelLinear(std::move(w), std::move(b), std::move(name));

@@ -86,8 +86,10 @@ class Mlp {
     ParamGrads params;
   };
 
+  /// Any ffn size splits in balanced blocks, except under SwiGLU: its fused [gate | up] weight
+  /// interleaves one block of each per rank (SwigluFc1Map), so there F must divide by P.
   static void check(const MlpConfig& cfg, int p) {
-    detail::require_divisible("Mlp", "ffn size", cfg.ffn, p);
+    if (cfg.act == Activation::swiglu) detail::require_divisible("Mlp (SwiGLU)", "ffn size", cfg.ffn, p);
   }
 
   /// Megatron init: fc1 (and up) normal(0, std), fc2 normal(0, std/√(2L)), zero biases.

@@ -185,7 +185,9 @@ class ParallelLayerNorm {
       throw ShapeError("RMSNorm: has no bias (beta); pass std::nullopt");
     if (kind_ == NormKind::layer && !beta_) throw ShapeError("LayerNorm: needs a bias (beta)");
   }
-  static void check(Index hidden, int p) { detail::require_divisible("ParallelLayerNorm", "hidden size", hidden, p); }
+  /// Any hidden size: the statistics are sums over the feature blocks divided by the global
+  /// hidden size (mean_var_from_sums), never by P × the local block.
+  static void check(Index, int) {}
   static ParallelLayerNorm init(Index hidden, NormKind kind, const Group& g, T eps = T(1e-5)) {
     check(hidden, g.size());
     auto gamma = from_global<T, ColSharded, B>(1, hidden, g, [](Index, Index) { return 1.0; });

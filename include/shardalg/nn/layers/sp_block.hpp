@@ -75,17 +75,11 @@ class SequenceParallelBlock : public detail::BlockParts<SequenceParallelBlock<T,
     ParamGrads params;
   };
 
-  /// The plain block's checks, plus the tokens split over the ranks.
+  /// The plain block's checks. The tokens split over the ranks in balanced blocks: any count.
   static void check(const BlockConfig& c, int p) { TransformerBlock<T, B>::check(c, p); }
-  static void check_tokens(Index tokens, int p) {
-    if (tokens % p != 0)
-      throw DivisibilityError(shardalg::detail::cat("SequenceParallelBlock: ", tokens,
-                                                    " tokens are not divisible by tensor-parallel size ", p));
-  }
 
   /// The forward with every cache kept (BlockParts::forward, without full recomputation).
   Forward forward_stored(const Input& x) const {
-    check_tokens(x.rows(), x.size());
     auto l1 = ln1_.forward(x);  // on the shard
     auto a = [&] {
       auto s = detail::maybe_scope(x.group(), "attn");

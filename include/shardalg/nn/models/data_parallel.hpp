@@ -10,8 +10,9 @@
 //   model.forward_backward(tokens, targets);  // each bucket reduce_scatter<dp>'d during the backward
 //   model.step(sharded_adam, 1.0);            // Adam on the slices it kept, all_gather<dp>
 //
-// Replica d (its dp coordinate) runs the tensor-parallel Gpt on its tp group, on sequences
-// [d·b/D, (d+1)·b/D) of the global batch b: the activations are X[dp:Row, tp:…]. Its dropout
+// Replica d (its dp coordinate) runs the tensor-parallel Gpt on its tp group, on its balanced
+// block of the global batch's b sequences (base/blocks.hpp: [d·b/D, (d+1)·b/D) when D divides b;
+// 7 on 3 replicas: 3, 2, 2): the activations are X[dp:Row, tp:…]. Its dropout
 // masks are keyed by global token, so they are rows of the one-replica masks. The parameters are
 // R on dp; each replica's gradient is a summand of the global one (weighted by its share of the
 // counted targets), so it is typed G[dp:Partial, tp:L]:
@@ -200,10 +201,13 @@ DataParallelGpt<T, B> DataParallelGpt<T, B>::init(const GptConfig& global, const
       if (a.name != "dp" && a.name != "tp" && a.name != "cp" && a.size != 1)
         throw MeshError(cat("DataParallelGpt: axis ", a.name, " of size ", a.size, " is not supported (only dp, cp and tp)"));
     const int d = mesh.size("dp");
-    if (global.batch < 1 || global.batch % d != 0)
-      throw DivisibilityError(cat("DataParallelGpt: batch ", global.batch, " is not divisible by the dp size ", d));
+    if (global.batch < d)
+      throw DivisibilityError(cat("DataParallelGpt: batch ", global.batch, " is smaller than the dp size ", d,
+                                  " (every replica needs a sequence)"));
+    // Replica r takes its balanced block of the sequences (7 on 3 replicas: 3, 2, 2); the loss is
+    // weighted by counted targets (run), so the mean is the global one whatever the split.
     GptConfig local = global;
-    local.batch = global.batch / d;
+    local.batch = block_size(global.batch, d, mesh.group("dp").rank());
     const int cp = mesh.has("cp") ? mesh.size("cp") : 1;
     if (cp > 1) CpTokens::check(global.seq, cp);
     auto model = Model::init(local, mesh.group("tp"));
@@ -410,7 +414,8 @@ T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<con
                            global_.batch, " × ", global_.seq, " = ", total));
     const Group& dpg = data_;
     const Group& rep = mesh_.group("dp");
-    const Index per = total / rep.size(), t0 = rep.rank() * per;
+    const Block mine_seqs = block_of(global_.batch, rep.size(), rep.rank());
+    const Index per = mine_seqs.size * global_.seq, t0 = mine_seqs.offset * global_.seq;
     // This rank's tokens: replica d's sequences [t0, t0 + per); with cp, its chunks of each.
     std::vector<std::int64_t> tk(tokens.begin() + t0, tokens.begin() + t0 + per), tg(targets.begin() + t0, targets.begin() + t0 + per);
     if (model_.context_parallel_size() > 1) {

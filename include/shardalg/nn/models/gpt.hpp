@@ -579,7 +579,6 @@ void Gpt<T, B>::check(const GptConfig& c, int p) {
     if (!(c.attn_dropout >= 0.0 && c.attn_dropout < 1.0))
       throw ShapeError(cat("Gpt: attn_dropout ", c.attn_dropout, " is outside [0, 1)"));
     Plain::check(c.block(0), p);                       // Attention: heads, groups; Mlp: ffn
-    if (c.sp) Sp::check_tokens(c.tokens(), p);
     if (!(c.dropout >= 0.0 && c.dropout < 1.0))
       throw ShapeError(cat("Gpt: dropout ", c.dropout, " is outside [0, 1)"));
   }
