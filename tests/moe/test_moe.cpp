@@ -193,6 +193,30 @@ TEST_CASE("MoE layer equals the dense twin at EP 1, 2, 4 x ETP 1, 2 (threads): o
   }
 }
 
+TEST_CASE("tokens that EP does not divide (13 on 2 and 4 ranks; 3 on 4: a rank with none) equal the dense twin, "
+          "capacity and routing included") {
+  for (const auto& base : cases()) {
+    for (Index tokens : {Index{13}, Index{3}}) {
+      for (int e : {2, 4}) {
+        for (int t : {1, 2}) {
+          Case c = base;
+          c.tokens = tokens;
+          CAPTURE(c.name);
+          CAPTURE(tokens);
+          CAPTURE(e);
+          CAPTURE(t);
+          const auto res = testing::per_rank<RankResult>(e * t, [&](const Group& g) { return run_case<double>(g, e, t, c); });
+          const auto ro = ref::moe_forward(make_ref<double>(c, 7), make_x<double>(c, 7));
+          for (const auto& r : res) {
+            for (const auto& ck : r.checks) CHECK_MESSAGE(ck.err.within(1e-12), ck.name << ": " << ck.err);
+            CHECK(std::abs(r.aux - ro.aux) <= 1e-12 * std::abs(ro.aux));
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("capacity: each expert keeps its first C assignments in global token order, at every EP") {
   // Every token prefers expert 0 (x·Wr favours column 0), k = 1, E = 2, 8 tokens, cf = 0.5:
   // C = ⌈0.5 · 1 · 8 / 2⌉ = 2, so tokens 0 and 1 are processed and tokens 2…7 dropped (output 0).

@@ -36,6 +36,8 @@ struct Setup {
   nn::LossScaling scaling = nn::LossScaling::tokens;
   double dropout = 0.1;  // variable lengths run without (the dense reference's masks start at row 0)
   int ignored = -1;      // a global token index whose target is ignore_index (−1: none)
+  int heads = 4;         // and hidden = 4·heads: 6 heads for tp 3
+  Index vocab_divisor = 4;
   [[nodiscard]] int v() const { return schedule == "interleaved" ? 2 : 1; }
   [[nodiscard]] std::string name() const {
     return shardalg::detail::cat("dp ", dp, " pp ", pp, cp > 1 ? shardalg::detail::cat(" cp ", cp, a2a ? " a2a" : " ring") : "", " tp ", tp, " ", schedule, " m ", m, dealloc ? " dealloc" : "",
@@ -48,14 +50,14 @@ inline constexpr Index kSeq = 8;
 
 inline nn::GptConfig config(const Setup& s) {
   nn::GptConfig c;
-  c.vocab = 37, c.hidden = 16, c.heads = 4, c.layers = kLayers, c.seq = kSeq, c.ffn = 32;
+  c.vocab = 37, c.hidden = 4 * s.heads, c.heads = s.heads, c.layers = kLayers, c.seq = kSeq, c.ffn = 32;
   c.batch = s.dp * s.m;  // one sequence per micro-batch
   c.dropout = s.varlen ? 0.0 : s.dropout;
   c.sp = s.sp;
   c.recompute = s.recompute;
   c.eps = 1.0 / 131072;
   c.seed = 91;
-  c.vocab_divisor = 4;
+  c.vocab_divisor = s.vocab_divisor;
   return c;
 }
 

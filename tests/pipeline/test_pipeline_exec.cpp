@@ -181,6 +181,15 @@ TEST_CASE("DP × PP × TP equals the dense model: every schedule, ± deallocatio
   CHECK(runs == 48);
 }
 
+TEST_CASE("PP × TP 3 on shapes that do not divide: SP's 8 tokens as 3, 3, 2 cross each stage; vocabulary 37 unpadded") {
+  for (const std::string& schedule : {std::string("1F1B"), std::string("ZB-H1")}) {
+    pc::Setup s;
+    s.dp = 1, s.pp = 2, s.tp = 3, s.schedule = schedule, s.m = 4, s.sp = true, s.heads = 6, s.vocab_divisor = 0;
+    CAPTURE(s.name());
+    (void)check_dense(s, 17, 170);  // ffn 32 on 3 ranks: 11, 11, 10
+  }
+}
+
 TEST_CASE("DP × PP × CP × TP equals the dense model: ring and all-to-all, every schedule, ± SP") {
   // X[cp:Row] crosses the stages; each block's attention runs over cp; the gradients (G[cp:Partial])
   // and the loss are reduced over dp × cp. 8 threads per run.

@@ -72,14 +72,14 @@ struct P2POptions {
 namespace detail {
 using ::shardalg::detail::cat;
 
-/// The local block shape of X[L] of `s` on a tp group of `t` ranks; DivisibilityError otherwise.
+/// The local block shape of X[L] of `s` on tp rank `r` of `t` (its balanced block: the sender, the
+/// same tp rank of the previous stage, holds the same block).
 template <class L>
-std::pair<Index, Index> block_shape(const ActShape& s, int t) {
+std::pair<Index, Index> block_shape(const ActShape& s, int t, int r) {
   if (s.seq < 0 || s.batch < 0 || s.hidden < 0)
     throw PipelineError(cat("pipeline p2p: shape (seq ", s.seq, ", batch ", s.batch, ", hidden ", s.hidden,
                             ") has a negative size"));
-  ::shardalg::detail::check_divisible(L::kind, s.rows(), s.cols(), t, "pipeline p2p: X[", L::notation, "]");
-  return local_shape(L::kind, s.rows(), s.cols(), t, 0);  // equal blocks: any rank's
+  return local_shape(L::kind, s.rows(), s.cols(), t, r);
 }
 /// The block's CallInfo: its layout and global shape (compared by the receiving communicator).
 inline CallInfo block_info(std::string_view layout, const ActShape& s) {
@@ -184,7 +184,7 @@ class Inbound {
       shape_req_.wait();
       shape_arrived();
     }
-    const auto [r, c] = detail::block_shape<L>(*shape_, tp_.size());
+    const auto [r, c] = detail::block_shape<L>(*shape_, tp_.size(), tp_.rank());
     buf_ = B::template empty<T>(r, c);
     block_posted_ = true;
     block_req_ = pp_.irecv(buf_.data(), static_cast<std::size_t>(buf_.size()), dtype_of<T>, peer_,
@@ -214,7 +214,7 @@ class Inbound {
       pp_.recv(wire_.data(), 3, DType::i64, peer_);
       shape_arrived();
     }
-    const auto [r, c] = detail::block_shape<L>(*shape_, tp_.size());
+    const auto [r, c] = detail::block_shape<L>(*shape_, tp_.size(), tp_.rank());
     buf_ = B::template empty<T>(r, c);
     pp_.recv(buf_.data(), static_cast<std::size_t>(buf_.size()), dtype_of<T>, peer_,
              detail::block_info(L::notation, *shape_));

@@ -342,13 +342,12 @@ class Moe {
   }
 
   // ---- the MoE region inside a dense model whose residual stream is X[R] on the world ----------
-  /// X[R] → X[ep:Row, etp:R]: this rank keeps its ep coordinate's tokens (free). Adjoint: gather_tokens.
+  /// X[R] → X[ep:Row, etp:R]: this rank keeps its ep coordinate's tokens (free; its balanced block
+  /// when ep does not divide them). Adjoint: gather_tokens.
   static Tokens split_tokens(const Sharded<T, Replicated, B>& x, const Mesh& mesh) {
     const auto [eg, tg] = groups(mesh);
-    if (x.rows() % eg.size() != 0)
-      throw DivisibilityError(detail::cat("Moe: ", x.rows(), " tokens are not divisible by expert-parallel size ", eg.size()));
-    const Index rl = x.rows() / eg.size();
-    return Tokens(x.local().block(eg.rank() * rl, 0, rl, x.cols()), x.rows(), x.cols(),
+    const Block mine = block_of(x.rows(), eg.size(), eg.rank());
+    return Tokens(x.local().block(mine.offset, 0, mine.size, x.cols()), x.rows(), x.cols(),
                   typename Tokens::Groups{eg.group(), tg.group()});
   }
   /// Y[ep:Row, etp:R] → all_gather<ep> (T·h) → Y[R] on `world`. Adjoint: split_tokens (free).

@@ -233,7 +233,7 @@ PipelineGpt<T, SP, B> PipelineGpt<T, SP, B>::init(const GptConfig& c, const pipe
 template <Element T, bool SP, class B>
 void PipelineGpt<T, SP, B>::set_microbatches(std::vector<MicroBatch> mbs, LossScaling scaling, Index global_count) {
     using shardalg::detail::cat;
-    const int t = tp().size(), cp = cp_size();
+    const int cp = cp_size();
     std::vector<Index> counts;
     for (std::size_t j = 0; j < mbs.size(); ++j) {
       auto& b = mbs[j];
@@ -243,10 +243,6 @@ void PipelineGpt<T, SP, B>::set_microbatches(std::vector<MicroBatch> mbs, LossSc
       if (cp > 1 && b.seq % (2 * Index{cp}) != 0)
         throw DivisibilityError(cat("PipelineGpt: micro-batch ", j, " has sequences of ", b.seq, ", not divisible by 2·cp = ", 2 * cp,
                                     " (context parallelism: two chunks per rank)"));
-      if (SP && b.rows() / cp % t != 0)
-        throw DivisibilityError(cat("PipelineGpt: micro-batch ", j, " has ", b.rows() / cp, " tokens",
-                                    cp > 1 ? cat(" on each cp rank (", b.rows(), " ÷ cp ", cp, ")") : std::string(),
-                                    ", not divisible by tensor-parallel size ", t, " (sequence parallelism)"));
       Index n = 0;
       for (auto y : b.targets) n += y != cfg_.ignore_index;
       counts.push_back(n);
