@@ -11,17 +11,17 @@
 // never exceed them; they are worst cases, and a long reduction's typical error is far below
 // (√k against k: the measured ratios are in docs/verify.md, "Derived bounds: error ÷ bound").
 //
-//   product C = A·B, k = A.cols()      |Ĉ − C| ≤ (1 + u_out)·γ_k(u)·|A|·|B| + u_out·|C|
+//   product C = A·B, k = A.cols()      |Ĉ − C| ≤ (1 + u_out)·γ_k(u)·|A|·|B| + u_out·|C| + η
 //       γ_k covers the k products and k − 1 additions of any summation order, with or without FMA
 //       (Higham, eq. (3.5)). Inputs rounded from a wider format first (u_in per operand,
 //       product_bound_rounded_inputs): with Â = A∘(1 + Δ), |Δ| ≤ u_in, and c_in = (1 + u_in)² − 1,
-//       |Ĉ − A·B| ≤ (1 + u_out)(γ_k(u)(1 + c_in) + c_in)·|A|·|B| + u_out·|A·B|.
+//       |Ĉ − A·B| ≤ (1 + u_out)(γ_k(u)(1 + c_in) + c_in)·|A|·|B| + u_out·|A·B| + η.
 //   sum of P partials in a fixed order s = x_1 + … + x_P
 //       once:      a running sum in accumulate, rounded to storage at the end:
-//                  |ŝ − s| ≤ (1 + u_out)·γ_{P−1}(u)·Σ|x_p| + u_out·|s|
+//                  |ŝ − s| ≤ (1 + u_out)·γ_{P−1}(u)·Σ|x_p| + u_out·|s| + η
 //       each_add:  each add formed in accumulate and rounded to storage (ThreadComm's 16-bit
 //                  all_reduce): per add a factor (1 + δ)(1 + ω), so with ε = (1 + u)(1 + u_out) − 1
-//                  |ŝ − s| ≤ γ_{P−1}(ε)·Σ|x_p|
+//                  |ŝ − s| ≤ γ_{P−1}(ε)·Σ|x_p| + (1 + γ_{P−1}(ε))·(P − 1)·η
 //   softmax, layer_norm, rms_norm, gelu_tanh: the models are written above each function.
 #pragma once
 
@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "shardalg/base/errors.hpp"
@@ -40,7 +41,7 @@ namespace shardalg::precision {
 
 using Matrix = Eigen::MatrixXd;
 
-/// The product C = A·B: stored operands A [m, k], B [k, n]; bound (1 + u_out)·γ_k·|A|·|B| + u_out·|C|.
+/// The product C = A·B: stored operands A [m, k], B [k, n]; bound (1 + u_out)·γ_k·|A|·|B| + u_out·|C| + η.
 inline Matrix product_bound(const Matrix& A, const Matrix& B, Types t) {
   if (A.cols() != B.rows())
     throw ShapeError(shardalg::detail::cat("precision::product_bound: A is ", A.rows(), "x", A.cols(), ", B is ", B.rows(), "x",
@@ -48,7 +49,7 @@ inline Matrix product_bound(const Matrix& A, const Matrix& B, Types t) {
   const double g = gamma(A.cols(), t.u_acc()), uo = t.u_out();
   const Matrix absAB = A.cwiseAbs() * B.cwiseAbs();
   const Matrix C = A * B;
-  return (1.0 + uo) * g * absAB + uo * C.cwiseAbs();
+  return ((1.0 + uo) * g * absAB + uo * C.cwiseAbs()).array() + t.eta_out();
 }
 
 /// The product of A and B after both were rounded to t.storage from `from` (A and B are the
@@ -61,7 +62,7 @@ inline Matrix product_bound_rounded_inputs(const Matrix& A, const Matrix& B, Typ
   const double cin = (1.0 + ui) * (1.0 + ui) - 1.0;
   const Matrix absAB = A.cwiseAbs() * B.cwiseAbs();
   const Matrix C = A * B;
-  return (1.0 + uo) * (g * (1.0 + cin) + cin) * absAB + uo * C.cwiseAbs();
+  return ((1.0 + uo) * (g * (1.0 + cin) + cin) * absAB + uo * C.cwiseAbs()).array() + t.eta_out();
 }
 
 /// Where a sum of partials is rounded to storage: once at the end, or after every add.
@@ -81,8 +82,12 @@ inline Matrix partial_sum_bound(const std::vector<Matrix>& partials, Types t, Su
   }
   const auto adds = static_cast<std::int64_t>(partials.size()) - 1;
   const double u = t.u_acc(), uo = t.u_out();
-  if (r == SumRounding::each_add) return gamma(adds, (1.0 + u) * (1.0 + uo) - 1.0) * abs_sum;
-  return (1.0 + uo) * gamma(adds, u) * abs_sum + uo * sum.cwiseAbs();
+  const double eta = t.eta_out();
+  if (r == SumRounding::each_add) {
+    const double g = gamma(adds, (1.0 + u) * (1.0 + uo) - 1.0);
+    return (g * abs_sum).array() + (1.0 + g) * static_cast<double>(adds) * eta;
+  }
+  return ((1.0 + uo) * gamma(adds, u) * abs_sum + uo * sum.cwiseAbs()).array() + eta;
 }
 
 /// Softmax over each row of X [rows, n]: y_i = exp(x_i − m) / Σ_j exp(x_j − m), m = max_j x_j.
@@ -92,7 +97,7 @@ inline Matrix partial_sum_bound(const std::vector<Matrix>& partials, Types t, Su
 /// rounded to storage. With E_j = exp(x_j − m), S = Σ E_j, a rounding of t_j changes exp by a
 /// factor within exp(±|x_j − m|·u), so ê_j/E_j ∈ [lo_j, hi_j] = [e^{−|x_j−m|u}(1 − exp_rel),
 /// e^{|x_j−m|u}(1 + exp_rel)] and |ŝ − S| ≤ σ = Σ_j E_j·(hi_j(1 + γ_{n−1}) − 1). Then
-///   |ŷ_i − y_i| ≤ y_i · max(hi_i(1 + u)²(1 + u_out)·S/(S − σ) − 1,  1 − lo_i(1 − u)²(1 − u_out)·S/(S + σ)).
+///   |ŷ_i − y_i| ≤ y_i · max(hi_i(1 + u)²(1 + u_out)·S/(S − σ) − 1,  1 − lo_i(1 − u)²(1 − u_out)·S/(S + σ)) + η.
 inline Matrix softmax_bound(const Matrix& X, Types t, double exp_rel = -1.0) {
   const double u = t.u_acc(), uo = t.u_out();
   if (exp_rel < 0) exp_rel = 2.0 * u;
@@ -116,7 +121,7 @@ inline Matrix softmax_bound(const Matrix& X, Types t, double exp_rel = -1.0) {
       const double hi = std::exp(d * u) * (1.0 + exp_rel), lo = std::max(0.0, std::exp(-d * u) * (1.0 - exp_rel));
       const double up = hi * (1.0 + u) * (1.0 + u) * (1.0 + uo) * S / (S - sigma) - 1.0;
       const double down = 1.0 - lo * (1.0 - u) * (1.0 - u) * (1.0 - uo) * S / (S + sigma);
-      out(i, j) = y * std::max(up, down);
+      out(i, j) = y * std::max(up, down) + t.eta_out();
     }
   }
   return out;
@@ -153,7 +158,7 @@ inline Matrix norm_bound(const Matrix& X, double eps, Types t, bool centre, cons
     const double f_hi = (1.0 + u) * (1.0 + u) * (1.0 + uo) / ((1.0 - u) * rho_lo);
     const double f_lo = (1.0 - u) * (1.0 - u) * (1.0 - uo) / ((1.0 + u) * rho_hi);
     const double kappa = std::max(f_hi - 1.0, 1.0 - f_lo);
-    for (Index j = 0; j < n; ++j) out(i, j) = std::abs(D(j)) / rw * kappa + dD(j) * f_hi / rw;
+    for (Index j = 0; j < n; ++j) out(i, j) = std::abs(D(j)) / rw * kappa + dD(j) * f_hi / rw + t.eta_out();
   }
   return out;
 }
@@ -166,7 +171,7 @@ inline Matrix norm_bound(const Matrix& X, double eps, Types t, bool centre, cons
 /// |v̂ − v| ≤ Δv = (1/n)Σ_j[(2|D_j| + Δd_j)Δd_j + γ_{n+2}(|D_j| + Δd_j)²]); ŵ = fl(v̂ + eps)
 /// (Δw = Δv + u(w + Δv)); y_j = d̂_j / fl(sqrt(ŵ)) — or d̂_j times a rounded reciprocal — rounded to
 /// storage. With ρ± = sqrt(1 ± Δw/w), F_hi = (1+u)²(1+u_out)/((1−u)ρ−), F_lo = (1−u)²(1−u_out)/((1+u)ρ+):
-///   |ŷ_j − y_j| ≤ |y_j|·max(F_hi − 1, 1 − F_lo) + Δd_j·F_hi / sqrt(w).
+///   |ŷ_j − y_j| ≤ |y_j|·max(F_hi − 1, 1 − F_lo) + Δd_j·F_hi / sqrt(w) + η.
 /// eps is the value the computation adds (already a value of accumulate).
 inline Matrix layer_norm_bound(const Matrix& X, double eps, Types t) {
   return detail::norm_bound(X, eps, t, true, "layer_norm_bound");
@@ -182,9 +187,9 @@ inline Matrix rms_norm_bound(const Matrix& X, double eps, Types t) {
 /// (Δz = c·Δt + γ_2·c(|t| + Δt)); th = tanh(ẑ) with relative error ≤ tanh_rel (default 2u) —
 /// |tanh ẑ − tanh z| ≤ Δτ = Δz·sech²(max(0, |z| − Δz)), |th − T| ≤ ΔT = Δτ + tanh_rel(|T| + Δτ);
 /// p = fl(1 + th) (Δp = ΔT + u(1 + T + ΔT)); g = fl((½x)·p) (½x exact), then rounded to storage:
-///   E = ½|x|(Δp + u(|1 + T| + Δp)),   |ĝ − g| ≤ E + u_out(|g| + E).
+///   E = ½|x|(Δp + u(|1 + T| + Δp)),   |ĝ − g| ≤ E + u_out(|g| + E) + η.
 inline Matrix gelu_tanh_bound(const Matrix& X, Types t, double tanh_rel = -1.0) {
-  const double u = t.u_acc(), uo = t.u_out();
+  const double u = t.u_acc(), uo = t.u_out(), eta = t.eta_out();
   if (tanh_rel < 0) tanh_rel = 2.0 * u;
   const double c = std::sqrt(2.0 / 3.14159265358979323846), a = 0.044715;
   const double g2 = gamma(2, u), g4 = gamma(4, u);
@@ -197,12 +202,22 @@ inline Matrix gelu_tanh_bound(const Matrix& X, Types t, double tanh_rel = -1.0) 
     const double dp = dT + u * (1.0 + T + dT);
     const double E = 0.5 * std::abs(x) * (dp + u * (std::abs(1.0 + T) + dp));
     const double gx = 0.5 * x * (1.0 + T);
-    return E + uo * (std::abs(gx) + E);
+    return E + uo * (std::abs(gx) + E) + eta;
   });
 }
 
+namespace detail {
+/// An element as long double (the 16-bit types through float).
+template <class T>
+long double widen(const T& x) {
+  if constexpr (std::is_floating_point_v<T> || std::is_integral_v<T>) return static_cast<long double>(x);
+  else return static_cast<long double>(static_cast<float>(x));
+}
+}  // namespace detail
+
 /// Per element |computed − exact| / bound, with 0/0 = 0 and (error > 0)/0 = ∞; a NaN in
-/// `computed` is ∞.
+/// `computed` is ∞. The difference is taken in long double, so that an exact value held in long
+/// double (the reference of a double op) is not rounded to double first.
 template <class D1, class D2, class D3>
 Matrix error_ratios(const Eigen::MatrixBase<D1>& computed, const Eigen::MatrixBase<D2>& exact,
                     const Eigen::MatrixBase<D3>& bound) {
@@ -215,8 +230,8 @@ Matrix error_ratios(const Eigen::MatrixBase<D1>& computed, const Eigen::MatrixBa
   Matrix r(exact.rows(), exact.cols());
   for (Index j = 0; j < r.cols(); ++j)
     for (Index i = 0; i < r.rows(); ++i) {
-      const double e = std::abs(static_cast<double>(computed(i, j)) - static_cast<double>(exact(i, j)));
-      const double b = static_cast<double>(bound(i, j));
+      const double e = static_cast<double>(std::abs(detail::widen(computed(i, j)) - detail::widen(exact(i, j))));
+      const double b = static_cast<double>(detail::widen(bound(i, j)));
       if (std::isnan(e)) r(i, j) = inf;
       else if (b == 0.0) r(i, j) = e == 0.0 ? 0.0 : inf;
       else r(i, j) = e / b;

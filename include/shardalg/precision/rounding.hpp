@@ -13,8 +13,11 @@
 //   f16 (IEEE half)       p = 11   u = 2^−11 ≈ 4.88e−4
 //   bf16 (bfloat16)       p = 8    u = 2^−8  ≈ 3.91e−3
 //
-// Subnormal results are outside the model (their relative error is not bounded by u); the
-// bounds of precision/bounds.hpp assume none occur.
+// Underflow: a value rounded into the subnormal range has an absolute error of at most η, half the
+// smallest subnormal (f32 2^−150, f16 2^−25, bf16 2^−134; for f64 2^−1074 is used). The final
+// rounding to storage is modelled as fl(x) = x(1 + δ) + η' with |δ| ≤ u, |η'| ≤ η (Higham §2.1),
+// so outputs that underflow are covered; the intermediate operations in the accumulation format
+// are assumed not to underflow or overflow.
 #pragma once
 
 #include <Eigen/Core>
@@ -63,6 +66,21 @@ constexpr double unit_roundoff(Format f) {
   double u = 1.0;
   for (int i = 0; i < significand_bits(f); ++i) u /= 2.0;
   return u;
+}
+
+/// η: the largest absolute error of rounding a value into the subnormal range of a format, half
+/// its smallest subnormal (2^−1074 for f64, whose half is not a double).
+constexpr double underflow_unit(Format f) {
+  int e = 0;
+  switch (f) {
+    case Format::f64: e = 1074; break;
+    case Format::f32: e = 150; break;
+    case Format::f16: e = 25; break;
+    case Format::bf16: e = 134; break;
+  }
+  double x = 1.0;
+  for (int i = 0; i < e; ++i) x /= 2.0;
+  return x;
 }
 
 /// Whether every value of `narrow` is a value of `wide` (a conversion narrow → wide is exact).
@@ -126,6 +144,8 @@ struct Types {
   constexpr double u_acc() const { return unit_roundoff(accumulate); }
   /// u of the final rounding to storage: 0 when storage holds every accumulate value.
   constexpr double u_out() const { return rounding_to(storage, accumulate); }
+  /// η of the final rounding to storage: 0 when no rounding happens.
+  constexpr double eta_out() const { return contains(storage, accumulate) ? 0.0 : underflow_unit(storage); }
 };
 
 }  // namespace shardalg::precision
