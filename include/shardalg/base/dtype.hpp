@@ -1,6 +1,12 @@
 // shardalg/base/dtype.hpp — element types as runtime tags, for untyped communicator buffers.
+//
+// Host elements: float, double, int32, int64, and the 16-bit storage types Eigen::bfloat16 and
+// Eigen::half (they store in 16 bits and compute in fp32: CpuBackend::gemm converts their blocks
+// to float, comm/reduce.hpp adds them in fp32). The CUDA backend registers its own bf16 and fp16
+// (backend/cuda/types.hpp) under the same tags.
 #pragma once
 
+#include <Eigen/Core>
 #include <cstddef>
 #include <concepts>
 #include <cstdint>
@@ -26,6 +32,8 @@ template <> inline constexpr DType dtype_of<float> = DType::f32;
 template <> inline constexpr DType dtype_of<double> = DType::f64;
 template <> inline constexpr DType dtype_of<std::int32_t> = DType::i32;
 template <> inline constexpr DType dtype_of<std::int64_t> = DType::i64;
+template <> inline constexpr DType dtype_of<Eigen::bfloat16> = DType::bf16;
+template <> inline constexpr DType dtype_of<Eigen::half> = DType::f16;
 
 /// The customisation point of `Element`: true for the types a Sharded tensor may hold.
 template <class T> inline constexpr bool is_element_v = false;
@@ -33,6 +41,12 @@ template <> inline constexpr bool is_element_v<float> = true;
 template <> inline constexpr bool is_element_v<double> = true;
 template <> inline constexpr bool is_element_v<std::int32_t> = true;
 template <> inline constexpr bool is_element_v<std::int64_t> = true;
+template <> inline constexpr bool is_element_v<Eigen::bfloat16> = true;
+template <> inline constexpr bool is_element_v<Eigen::half> = true;
+
+/// The host's 16-bit storage types: stored in 16 bits, computed and accumulated in fp32.
+template <class T>
+concept HostHalf = std::same_as<T, Eigen::bfloat16> || std::same_as<T, Eigen::half>;
 
 template <class T>
 concept Element = is_element_v<T>;
@@ -61,17 +75,19 @@ constexpr std::string_view to_string(DType t) {
   return "?";
 }
 
-/// Call `f.template operator()<T>()` with the C++ type of a host dtype.
+/// Call `f.template operator()<T>()` with the C++ type of a host dtype (bf16 → Eigen::bfloat16,
+/// f16 → Eigen::half).
 template <class F>
 decltype(auto) dispatch_host(DType t, F&& f) {
   switch (t) {
     case DType::f64: return f.template operator()<double>();
     case DType::i32: return f.template operator()<std::int32_t>();
     case DType::i64: return f.template operator()<std::int64_t>();
+    case DType::bf16: return f.template operator()<Eigen::bfloat16>();
+    case DType::f16: return f.template operator()<Eigen::half>();
     case DType::f32: return f.template operator()<float>();
-    default: break;
   }
-  throw std::invalid_argument("shardalg: host collectives take f32, f64, i32 or i64; got a 16-bit type");
+  throw std::invalid_argument("shardalg: host collectives take f32, f64, i32, i64, bf16 or f16");
 }
 
 }  // namespace shardalg

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "shardalg/backend/cpu/col_sum_order.hpp"
+#include "shardalg/base/dtype.hpp"
 #include "shardalg/base/index.hpp"
 #include <string_view>
 #include <type_traits>
@@ -95,6 +96,9 @@ struct CpuBackend {
   /// C := α·A·B + β·C, where A and B are effective (possibly transposed, strided) views.
   /// With shardalg::blas, float and double go straight to cblas_?gemm (row-major, transpose
   /// flags, leading dimensions: no copies, and C is not read when β = 0); otherwise Eigen's GEMM.
+  /// The 16-bit types (Eigen::bfloat16, Eigen::half) are stored in 16 bits and multiplied in fp32:
+  /// A and B are converted to float (exactly), α·A·B + β·C is formed by the float GEMM above
+  /// (fp32 products and fp32 accumulation), and each element of C is rounded to T once.
   template <class T>
   static void gemm(T alpha, MatView<T> a, MatView<T> b, T beta, matrix<T>& c) {
     gemm(alpha, a, b, beta, c.data(), c.cols());
@@ -216,6 +220,27 @@ struct CpuBackend {
 template <class T>
 void CpuBackend::gemm(T alpha, MatView<T> a, MatView<T> b, T beta, T* c, Index ldc) {
     const Index m = a.rows, n = b.cols;
+    if constexpr (HostHalf<T>) {
+      if (m == 0 || n == 0) return;
+      // The stored block of a view (rows × cols, or its transpose), converted to contiguous float.
+      const auto widen = [](MatView<T> v, matrix<float>& buf) {
+        const Index sr = v.trans ? v.cols : v.rows, sc = v.trans ? v.rows : v.cols;
+        buf.resize(sr, sc);
+        for (Index i = 0; i < sr; ++i)
+          for (Index j = 0; j < sc; ++j) buf(i, j) = static_cast<float>(v.data[i * v.ld + j]);
+        return MatView<float>{buf.data(), v.rows, v.cols, std::max<Index>(sc, 1), v.trans};
+      };
+      matrix<float> af, bf, cf(m, n);
+      const MatView<float> va = widen(a, af), vb = widen(b, bf);
+      const float fb = static_cast<float>(beta);
+      if (fb != 0.0f)
+        for (Index i = 0; i < m; ++i)
+          for (Index j = 0; j < n; ++j) cf(i, j) = static_cast<float>(c[i * ldc + j]);
+      gemm<float>(static_cast<float>(alpha), va, vb, fb, cf.data(), n);
+      for (Index i = 0; i < m; ++i)
+        for (Index j = 0; j < n; ++j) c[i * ldc + j] = T(cf(i, j));
+      return;
+    }
     using Stride = Eigen::OuterStride<>;
     Eigen::Map<matrix<T>, 0, Stride> C(c, m, n, Stride(std::max<Index>(ldc, 1)));
     if (m == 0 || n == 0) return;
