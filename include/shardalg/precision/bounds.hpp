@@ -227,11 +227,15 @@ Matrix error_ratios(const Eigen::MatrixBase<D1>& computed, const Eigen::MatrixBa
                                  ", exact ", exact.rows(), "x", exact.cols(), ", bound ", bound.rows(), "x",
                                  bound.cols()));
   constexpr double inf = std::numeric_limits<double>::infinity();
+  // Evaluated once: an expression argument (a product A * B) would be recomputed per element.
+  const typename D1::PlainObject c_ = computed;
+  const typename D2::PlainObject e_ = exact;
+  const typename D3::PlainObject b_ = bound;
   Matrix r(exact.rows(), exact.cols());
   for (Index j = 0; j < r.cols(); ++j)
     for (Index i = 0; i < r.rows(); ++i) {
-      const double e = static_cast<double>(std::abs(detail::widen(computed(i, j)) - detail::widen(exact(i, j))));
-      const double b = static_cast<double>(detail::widen(bound(i, j)));
+      const double e = static_cast<double>(std::abs(detail::widen(c_(i, j)) - detail::widen(e_(i, j))));
+      const double b = static_cast<double>(detail::widen(b_(i, j)));
       if (std::isnan(e)) r(i, j) = inf;
       else if (b == 0.0) r(i, j) = e == 0.0 ? 0.0 : inf;
       else r(i, j) = e / b;
