@@ -39,8 +39,8 @@ TEST_CASE("the split rule: balanced blocks, sizes differing by at most one, cont
     for (Index n = 0; n <= 3 * p + 2; ++n) {
       Index next = 0, largest = 0, smallest = n;
       for (int r = 0; r < p; ++r) {
-        const Block b = block_of(n, p, r);
-        CHECK(b == Block{uneven_cases::dealt_block(n, p, r).first, uneven_cases::dealt_block(n, p, r).second});
+        const BlockExtent b = block_of(n, p, r);
+        CHECK(b == BlockExtent{uneven_cases::dealt_block(n, p, r).first, uneven_cases::dealt_block(n, p, r).second});
         CHECK(b.offset == next);
         next += b.size;
         largest = std::max(largest, b.size);
@@ -54,9 +54,9 @@ TEST_CASE("the split rule: balanced blocks, sizes differing by at most one, cont
   CHECK(block_sizes(10, 4) == std::vector<Index>{3, 3, 2, 2});
   CHECK(block_sizes(3, 5) == std::vector<Index>{1, 1, 1, 0, 0});
   CHECK(block_sizes(8, 4) == std::vector<Index>{2, 2, 2, 2});
-  CHECK(chunk_block(10, 4, 3) == Block{9, 1});
-  CHECK(chunk_block(5, 4, 3) == Block{5, 0});
-  CHECK(chunk_block(5, 4, 2) == Block{4, 1});
+  CHECK(chunk_block(10, 4, 3) == BlockExtent{9, 1});
+  CHECK(chunk_block(5, 4, 3) == BlockExtent{5, 0});
+  CHECK(chunk_block(5, 4, 2) == BlockExtent{4, 1});
 }
 
 TEST_CASE_TEMPLATE("uneven shapes: every redistribution and matmul<To> equal dense, adjoint laws, ledger counts", T,

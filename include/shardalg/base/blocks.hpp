@@ -25,14 +25,14 @@
 namespace shardalg {
 
 /// The rows [offset, offset + size) of a dimension that one rank holds.
-struct Block {
+struct BlockExtent {
   Index offset = 0;
   Index size = 0;
-  friend constexpr bool operator==(const Block&, const Block&) = default;
+  friend constexpr bool operator==(const BlockExtent&, const BlockExtent&) = default;
 };
 
 /// Rank r's block of a dimension of n on p ranks, by the balanced rule above.
-constexpr Block block_of(Index n, int p, int r) {
+constexpr BlockExtent block_of(Index n, int p, int r) {
   const Index q = n / p, e = n % p;
   return {r * q + std::min<Index>(r, e), q + (r < e ? 1 : 0)};
 }
@@ -50,7 +50,7 @@ inline std::vector<Index> block_sizes(Index n, int p) {
 }
 
 /// torch.chunk's block of rank r: ⌈n/p⌉ rows each, the last ones short or empty.
-constexpr Block chunk_block(Index n, int p, int r) {
+constexpr BlockExtent chunk_block(Index n, int p, int r) {
   const Index c = (n + p - 1) / p;
   const Index begin = std::min<Index>(n, r * c);
   return {begin, std::min<Index>(n, begin + c) - begin};

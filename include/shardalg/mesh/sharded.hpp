@@ -82,11 +82,11 @@ class MeshSharded {
   }
   /// This rank's rows (dim 0) or columns (dim 1) after the splits of the first `upto` axes: each
   /// split takes its balanced block of the block before it. nested_block(d) is the local block's.
-  [[nodiscard]] Block nested_block(int dim, std::size_t upto = N) const {
-    Block b{0, dim == 0 ? rows_ : cols_};
+  [[nodiscard]] BlockExtent nested_block(int dim, std::size_t upto = N) const {
+    BlockExtent b{0, dim == 0 ? rows_ : cols_};
     for (std::size_t i = 0; i < upto && i < N; ++i)
       if (mesh_detail::split_dim(Ax::kinds[i]) == dim) {
-        const Block c = block_of(b.size, groups_[i].size(), groups_[i].rank());
+        const BlockExtent c = block_of(b.size, groups_[i].size(), groups_[i].rank());
         b = {b.offset + c.offset, c.size};
       }
     return b;
@@ -191,14 +191,14 @@ auto shard(const Eigen::MatrixBase<Derived>& dense, const Mesh& mesh) {
   using M = MeshSharded<T, Ax, B>;
   auto groups = M::groups_of(mesh);
   const Index rows = dense.rows(), cols = dense.cols();
-  Block rb{0, rows}, cb{0, cols};  // nested balanced blocks, outermost axis first
+  BlockExtent rb{0, rows}, cb{0, cols};  // nested balanced blocks, outermost axis first
   bool holder = true;
   for (std::size_t i = 0; i < Ax::size; ++i) {
     const int d = mesh_detail::split_dim(Ax::kinds[i]);
     const int s = groups[i].size(), c = groups[i].rank();
-    Block& b = d == 0 ? rb : cb;
+    BlockExtent& b = d == 0 ? rb : cb;
     if (d == 0 || d == 1) {
-      const Block k = block_of(b.size, s, c);
+      const BlockExtent k = block_of(b.size, s, c);
       b = {b.offset + k.offset, k.size};
     }
     if (Ax::kinds[i] == LayoutKind::partial && c != 0) holder = false;

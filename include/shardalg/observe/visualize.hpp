@@ -40,7 +40,7 @@ inline std::string visualize(LayoutKind k, Index rows, Index cols, int p) {
         os << " (uneven: " << lr << "x" << lc << " down to " << sr << "x" << sc << ")\n";
       }
       for (int r = 0; r < p; ++r) {
-        const Block b = block_of(k == LayoutKind::row ? rows : cols, p, r);
+        const BlockExtent b = block_of(k == LayoutKind::row ? rows : cols, p, r);
         os << "  rank " << r << ": rows " << (k == LayoutKind::row ? range(b.offset, b.size) : range(0, rows))
            << ", cols " << (k == LayoutKind::col ? range(b.offset, b.size) : range(0, cols)) << "\n";
       }

@@ -346,7 +346,7 @@ class Moe {
   /// when ep does not divide them). Adjoint: gather_tokens.
   static Tokens split_tokens(const Sharded<T, Replicated, B>& x, const Mesh& mesh) {
     const auto [eg, tg] = groups(mesh);
-    const Block mine = block_of(x.rows(), eg.size(), eg.rank());
+    const BlockExtent mine = block_of(x.rows(), eg.size(), eg.rank());
     return Tokens(x.local().block(mine.offset, 0, mine.size, x.cols()), x.rows(), x.cols(),
                   typename Tokens::Groups{eg.group(), tg.group()});
   }
@@ -390,7 +390,10 @@ class Moe {
       mine(0, e + j) = ps[static_cast<std::size_t>(j)];
     }
     const auto all = all_gather(Sharded<T, RowSharded, B>(std::move(mine), p, 2 * e, ep_));  // C[ep:Row] → C[ep:R]
-    auto count = [&](int peer, Index j) { return detail::checked_count(all.local()(peer, j), tl, "assignment count"); };
+    // A peer routes at most one assignment per expert per token of its own (its balanced block).
+    auto count = [&](int peer, Index j) {
+      return detail::checked_count(all.local()(peer, j), block_size(tokens, p, peer), "assignment count");
+    };
     Dispatch d;
     d.tokens = tokens;
     d.counts.assign(static_cast<std::size_t>(e), 0);

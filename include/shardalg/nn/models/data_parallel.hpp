@@ -414,7 +414,7 @@ T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<con
                            global_.batch, " × ", global_.seq, " = ", total));
     const Group& dpg = data_;
     const Group& rep = mesh_.group("dp");
-    const Block mine_seqs = block_of(global_.batch, rep.size(), rep.rank());
+    const BlockExtent mine_seqs = block_of(global_.batch, rep.size(), rep.rank());
     const Index per = mine_seqs.size * global_.seq, t0 = mine_seqs.offset * global_.seq;
     // This rank's tokens: replica d's sequences [t0, t0 + per); with cp, its chunks of each.
     std::vector<std::int64_t> tk(tokens.begin() + t0, tokens.begin() + t0 + per), tg(targets.begin() + t0, targets.begin() + t0 + per);
