@@ -10,6 +10,10 @@
 //   model.forward_backward(tokens, targets);  // each bucket reduce_scatter<dp>'d during the backward
 //   model.step(sharded_adam, 1.0);            // Adam on the slices it kept, all_gather<dp>
 //
+//   o.shard_parameters = true;                                      // ZeRO-3 (implies shard_gradients)
+//   model.forward_backward(tokens, targets);  // all_gather<dp> per bucket first; reduce_scatter<dp> in the backward
+//   model.step(sharded_adam, 1.0);            // Adam on the parameter slices in place; nothing gathered
+//
 // Replica d (its dp coordinate) runs the tensor-parallel Gpt on its tp group, on its balanced
 // block of the global batch's b sequences (base/blocks.hpp: [d·b/D, (d+1)·b/D) when D divides b;
 // 7 on 3 replicas: 3, 2, 2): the activations are X[dp:Row, tp:…]. Its dropout
@@ -35,10 +39,23 @@
 // slices. The reduce_scatter blocks (no overlap with the backward's compute on these communicators).
 // The same buckets and the same collective as ZeRO-1, so the same bits.
 //
+// ZeRO-3 (Options::shard_parameters, nn/models/zero3.hpp): the parameters never stand whole on a
+// rank between steps either. Each bucket of parameters is W_b[dp:C] (this rank's n_b/D columns of
+// the padded flat bucket, the gradients' buckets), typed per parameter W[dp:C-of-bucket, tp:L]; at
+// init each rank keeps its slice of W_b[dp:R] (split<dp, C>, free) and frees the rest. At the start
+// of forward_backward (and loss, masters) every bucket is all_gather<dp>'d to W_b[dp:R] and unpacked
+// into the replica — all buckets, before the first layer, not per layer with prefetch (the next
+// step); in the backward each parameter is freed as soon as its gradient has been handed over
+// (ZeRO-2's stream: the final norm's, block by block from the last, the embedding's last). The step
+// updates the slices W_b[dp:C] in place with G_b[dp:C] and gathers nothing: the next forward does.
+// Between steps a rank holds e·Σ n_b/D parameter bytes (parameter_bytes()); the replica's
+// parameters keep shapes and groups but no values (its local blocks are 0 × 0; a still-sharded
+// parameter is not a compile error yet). Not with the pipeline (nn/models/pipeline_gpt.hpp).
+//
 // Communication per step on dp: one all_reduce of one value (the loss); then one all_reduce per
 // gradient bucket (nn/optim/grad_buckets.hpp), or one reduce_scatter and one all_gather per bucket with
 // the sharded optimizer (nn/optim/sharded_adam.hpp), plus its gradient norm (one all_reduce of two values
-// on dp). The tensor-parallel traffic is the Gpt's (nn/models/gpt.hpp), on the tp group.
+// on dp); with ZeRO-3 one all_gather per bucket in forward_backward instead of in the step. The tensor-parallel traffic is the Gpt's (nn/models/gpt.hpp), on the tp group.
 #pragma once
 
 #include <algorithm>
@@ -51,6 +68,7 @@
 
 #include "shardalg/mesh/collectives.hpp"
 #include "shardalg/nn/models/gpt.hpp"
+#include "shardalg/nn/models/zero3.hpp"
 #include "shardalg/nn/optim/grad_buckets.hpp"
 #include "shardalg/nn/optim/sharded_adam.hpp"
 
@@ -82,6 +100,9 @@ class DataParallelGpt {
     /// ZeRO-2: reduce-scatter each bucket during the backward and keep only this rank's slice (see
     /// the file comment); step with a ShardedAdam.
     bool shard_gradients = false;
+    /// ZeRO-3: keep only this rank's slice of every parameter bucket between steps, all_gather<dp>
+    /// them in forward_backward (see the file comment); implies shard_gradients; step with a ShardedAdam.
+    bool shard_parameters = false;
   };
 
   /// `global.batch` is the whole batch; the mesh needs axes dp and tp (any other axis of size 1).
@@ -115,6 +136,9 @@ class DataParallelGpt {
   /// before clipping; a non-finite norm skips the step.
   template <class Opt>
   double step(Opt& opt, double max_grad_norm = 0.0) {
+    if (params_.active())
+      throw ShapeError("DataParallelGpt: with shard_parameters (ZeRO-3) the replica holds no whole parameters "
+                       "between steps; step with a ShardedAdam");
     reduce_gradients();
     reduced_ = false;
     return model_.step(opt, max_grad_norm);
@@ -122,6 +146,7 @@ class DataParallelGpt {
 
   /// ZeRO-1: per bucket, reduce_scatter<dp> the gradients, update this rank's slice with Adam
   /// (its moments only), all_gather<dp> the parameters. The same norm, clipping and skip rule.
+  /// ZeRO-3: the update of the parameter slices in place, and no all_gather.
   double step(ShardedAdam<T, B>& opt, double max_grad_norm = 0.0);
 
   /// ZeRO-2: the most gradient bytes this rank's data-parallel buffers held during the last
@@ -131,9 +156,36 @@ class DataParallelGpt {
   /// ZeRO-2: this rank's gradient slices, one per bucket (G_b[dp:C]), after forward_backward.
   [[nodiscard]] const std::vector<Mat>& gradient_slices() const { return gslice_; }
 
-  /// The logical masters (any mesh can load them).
-  Masters masters() { return model_.masters(); }
-  void load(const Masters& m) { model_.load(m); }
+  /// ZeRO-3: the parameter bytes this rank holds, counted from the storage itself: the replica's
+  /// parameters' local blocks and the slices (between steps: the slices alone, e·Σ n_b/D).
+  [[nodiscard]] std::size_t parameter_bytes() {
+    std::size_t n = params_.slice_bytes();
+    model_.visit_params([&](const ParamInfo&, const TensorMap&, auto& w) { n += static_cast<std::size_t>(w.local().size()) * sizeof(T); });
+    return n;
+  }
+  /// ZeRO-3: the most parameter bytes held during the last forward_backward (slices, the gathered
+  /// replica and the bucket in flight); 0 without shard_parameters.
+  [[nodiscard]] std::size_t parameter_peak_bytes() const { return params_.peak_bytes(); }
+  /// ZeRO-3: this rank's parameter slices, one per bucket (W_b[dp:C]); empty without shard_parameters.
+  [[nodiscard]] const std::vector<typename ParamShards<T, B>::Slice>& parameter_slices() const { return params_.slices(); }
+
+  /// The logical masters (any mesh can load them). ZeRO-3: the slices are gathered for this
+  /// (all_gather<dp> per bucket, scope dp.masters) and released again.
+  Masters masters() {
+    if (!params_.active()) return model_.masters();
+    {
+      auto sc = scope("dp.masters");
+      params_.gather(model_, plan_);
+    }
+    Masters m = model_.masters();
+    params_.release_all();
+    return m;
+  }
+  /// ZeRO-3: the replica loads them whole, keeps its slices, and frees the rest (no communication).
+  void load(const Masters& m) {
+    model_.load(m);
+    if (params_.active()) params_.shard(model_, plan_, data_);
+  }
   /// The sharded optimizer's moments as logical masters ("m." / "v."), like Gpt::optimizer_masters
   /// of an Adam: gathered over dp (verification-class traffic), so any mesh can load them.
   Masters optimizer_masters(ShardedAdam<T, B>& opt) { return model_.optimizer_masters(full_adam(opt)); }
@@ -185,6 +237,7 @@ class DataParallelGpt {
   std::vector<Index> filled_;                       // per bucket: values packed so far
   std::size_t grad_peak_bytes_ = 0;
   bool sliced_ = false;                             // gslice_ holds the last backward's slices
+  ParamShards<T, B> params_;                        // ZeRO-3 (shard_parameters): W_b[dp:C]
 
   /// ZeRO-2's handler: pack one gradient into its bucket, release it, reduce-scatter a full bucket.
   template <class G>
@@ -218,7 +271,13 @@ DataParallelGpt<T, B> DataParallelGpt<T, B>::init(const GptConfig& global, const
       data = mesh.world().split(mesh.group("tp").rank(), mesh.group("dp").rank() * cp + mesh.group("cp").rank(), "dp");
       model.set_context_parallel(mesh.group("cp"), o.cp_algo);
     }
-    return DataParallelGpt(global, mesh, std::move(model), o, std::move(data));
+    if (o.shard_parameters) o.shard_gradients = true;
+    DataParallelGpt out(global, mesh, std::move(model), o, std::move(data));
+    if (o.shard_parameters) {  // ZeRO-3: keep this rank's slice of W_b[dp:R] (every replica's init is the same)
+      out.ensure_plan();
+      out.params_.shard(out.model_, out.plan_, out.data_);
+    }
+    return out;
   }
 
 template <Element T, class B>
@@ -329,6 +388,12 @@ double DataParallelGpt<T, B>::step(ShardedAdam<T, B>& opt, double max_grad_norm)
     }
     const double scale = clip_factor(norm, max_grad_norm);
     opt.begin_step();
+    if (params_.active()) {  // ZeRO-3: the slices are the parameters: W_b[dp:C] updated in place, not gathered
+      for (std::size_t b = 0; b < plan_.buckets(); ++b)
+        opt.update_slice(b, plan_, params_.slices()[b].local().data(), gslice[b].data(), scale);
+      model_.end_step(true);
+      return norm;
+    }
     // Parameters: every replica holds them all; each updates its slice, then all_gather<dp>.
     std::vector<Mat> params;
     for (Index n : plan_.padded) params.push_back(Mat::Zero(1, n));
@@ -370,6 +435,7 @@ void DataParallelGpt<T, B>::take_gradient(const ParamInfo& info, G& g) {
     auto summand = stack<dp, Partial>(dpg, lift<tp>(weight_ * g));  // G[dp:Partial, tp:L]
     pack(summand.local(), s, flat);
     g = G();  // the whole gradient is released: from here on only its bucket holds it
+    params_.release(it->second);  // ZeRO-3: the parameter is not read again in this backward
     filled_[s.bucket] += s.size();
     std::size_t held = 0;
     for (std::size_t b = 0; b < plan_.buckets(); ++b)
@@ -435,6 +501,11 @@ T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<con
     weight_ = all > 0 ? static_cast<T>(mine) / static_cast<T>(all) : T(0);
     model_.set_token_offset(t0);
     if (backward) reduced_ = false;
+    if (params_.active()) {  // ZeRO-3: W_b[dp:C] → all_gather<dp> → the replica's whole parameters
+      params_.reset_peak();
+      auto sc = scope("dp.params");
+      params_.gather(model_, plan_);
+    }
     T l;
     if (backward && opt_.shard_gradients) {  // ZeRO-2: the buckets reduce-scattered during the backward
       ensure_plan();
@@ -454,6 +525,7 @@ T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<con
     } else {
       l = backward ? model_.forward_backward(tk, tg) : model_.loss(tk, tg);
     }
+    if (params_.active()) params_.release_all();  // after a backward: already, one by one
     // The global mean Σ_d w_d · mean_d: one all_reduce of one value over dp.
     T x = weight_ * l;
     auto sc = scope("dp.loss");

@@ -1,0 +1,122 @@
+// shardalg/nn/models/zero3.hpp — ZeRO-3's parameter slices (DataParallelGpt's Options::shard_parameters,
+// nn/models/data_parallel.hpp). The parameters are packed into the gradient buckets' flat layout
+// (nn/optim/grad_buckets.hpp: the same buckets, each padded to a multiple of the data group's size
+// D), and a rank keeps only its columns of each bucket:
+//
+//   W_b[dp:R]   (1 × n_b padded, this tp rank's local blocks side by side)
+//     split<dp, C>          → W_b[dp:C]   this rank's n_b/D values: what it holds between steps (free)
+//     all_gather<dp>        → W_b[dp:R]   before the forward, one bucket at a time, unpacked into
+//                                         the replica's parameters W[tp:L] (then the bucket is dropped)
+//     release(slot)         the replica's copy of one parameter is freed when its gradient has been
+//                           handed over in the backward (it is not read again in this step)
+//
+// The optimizer (ShardedAdam::update_slice) updates W_b[dp:C] in place with G_b[dp:C]; nothing is
+// gathered after the step — the next forward gathers. Between steps a replica's parameters keep
+// their shapes and groups (rows, cols, tp group: what a checkpoint's remap needs) but no values:
+// their local blocks are 0 × 0, and using one then is an error of the caller (the model refuses
+// nothing at compile time yet).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "shardalg/mesh/collectives.hpp"
+#include "shardalg/nn/optim/grad_buckets.hpp"
+
+namespace shardalg::nn {
+
+template <Element T, class B = CpuBackend>
+class ParamShards {
+ public:
+  using Mat = typename B::template matrix<T>;
+  using Slice = MeshSharded<T, Axes<On<dp, ColSharded>>, B>;  // W_b[dp:C]
+
+  /// True once shard() has run: the slices are the parameters' values.
+  [[nodiscard]] bool active() const { return !slices_.empty(); }
+  /// True while the replica holds whole parameters (between gather() and the last release).
+  [[nodiscard]] bool gathered() const { return live_ > 0; }
+  [[nodiscard]] std::vector<Slice>& slices() { return slices_; }
+  [[nodiscard]] const std::vector<Slice>& slices() const { return slices_; }
+
+  /// The bytes of this rank's slices: e·Σ n_b/D.
+  [[nodiscard]] std::size_t slice_bytes() const {
+    std::size_t n = 0;
+    for (const auto& s : slices_) n += static_cast<std::size_t>(s.local().size()) * sizeof(T);
+    return n;
+  }
+  /// The most parameter bytes held (slices, the replica's parameters, the bucket in flight) since
+  /// reset_peak().
+  [[nodiscard]] std::size_t peak_bytes() const { return peak_; }
+  void reset_peak() { peak_ = 0; }
+
+  /// W_b[dp:R] → split<dp, C> → W_b[dp:C] for every bucket of the replica's whole parameters, then
+  /// release them all. No communication: every rank of the data group holds the same W[dp:R].
+  template <class Model>
+  void shard(Model& model, const BucketPlan& plan, const Group& data) {
+    std::vector<Mat> flat;
+    for (Index n : plan.padded) flat.push_back(Mat::Zero(1, n));  // zeros in the padding
+    std::size_t k = 0;
+    model.visit_params([&](const ParamInfo&, const TensorMap&, auto& w) {
+      const auto& s = plan.slots[k++];
+      pack(w.local(), s, flat[s.bucket]);
+    });
+    slices_.clear();
+    for (std::size_t b = 0; b < plan.buckets(); ++b) {
+      MeshSharded<T, Axes<On<dp, Replicated>>, B> whole(std::move(flat[b]), 1, plan.padded[b], {data});
+      slices_.push_back(split<dp, ColSharded>(whole));
+    }
+    bind(model, plan);
+    live_ = plan.slots.size();
+    release_all();
+  }
+
+  /// Bucket by bucket: W_b[dp:C] → all_gather<dp> → W_b[dp:R], unpacked into the replica's
+  /// parameters (their local blocks reallocated), the bucket dropped before the next one.
+  template <class Model>
+  void gather(Model& model, const BucketPlan& plan) {
+    bind(model, plan);
+    for (std::size_t k = 0; k < plan.slots.size(); ++k) locals_[k]->resize(plan.slots[k].rows, plan.slots[k].cols);
+    live_ = plan.slots.size();
+    std::size_t held = slice_bytes();
+    for (const auto& s : plan.slots) held += static_cast<std::size_t>(s.size()) * sizeof(T);
+    for (std::size_t b = 0; b < plan.buckets(); ++b) {
+      const Mat whole = all_gather<dp>(slices_[b]).local();  // → [dp:R]
+      peak_ = std::max(peak_, held + static_cast<std::size_t>(whole.size()) * sizeof(T));
+      for (std::size_t k = 0; k < plan.slots.size(); ++k)
+        if (plan.slots[k].bucket == b) unpack(whole, plan.slots[k], *locals_[k]);
+    }
+  }
+
+  /// Free the replica's copy of parameter `slot` (its shape and group stay).
+  void release(std::size_t slot) {
+    if (slot >= locals_.size() || locals_[slot]->size() == 0) return;
+    *locals_[slot] = Mat();
+    --live_;
+  }
+  /// Free every parameter the replica still holds, and forget where they live.
+  void release_all() {
+    for (std::size_t k = 0; k < locals_.size(); ++k) release(k);
+    locals_.clear();
+    live_ = 0;
+  }
+
+ private:
+  /// The replica's parameters' local blocks, in plan order (valid while the model stays where it is:
+  /// bound at every gather and shard, forgotten at release_all).
+  template <class Model>
+  void bind(Model& model, const BucketPlan& plan) {
+    locals_.clear();
+    model.visit_params([&](const ParamInfo&, const TensorMap&, auto& w) { locals_.push_back(&w.local()); });
+    if (locals_.size() != plan.slots.size())
+      throw ShapeError("ParamShards: the model's parameters do not match the bucket plan");
+  }
+
+  std::vector<Slice> slices_;
+  std::vector<Mat*> locals_;
+  std::size_t live_ = 0;  // parameters the replica holds whole
+  std::size_t peak_ = 0;
+};
+
+}  // namespace shardalg::nn
