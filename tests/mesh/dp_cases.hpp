@@ -24,10 +24,11 @@ enum class Opt { adam, sharded_adam };
 inline std::vector<double> train(const nn::GptConfig& c, const Mesh& mesh, int steps, Opt which,
                                  std::size_t bucket_elements = std::size_t{1} << 16, double clip = 1.0,
                                  nn::Masters* model_out = nullptr, nn::CpAlgo cp_algo = nn::CpAlgo::ring,
-                                 bool shard_gradients = false) {
+                                 bool shard_gradients = false, bool shard_parameters = false) {
   nn::DataParallelGpt<double>::Options opts;
   opts.bucket_elements = bucket_elements;
   opts.shard_gradients = shard_gradients;  // ZeRO-2: reduce-scattered during the backward
+  opts.shard_parameters = shard_parameters;  // ZeRO-3: only the parameter slices held between steps
   opts.cp_algo = cp_algo;  // a mesh with a cp axis: attention over cp by the ring or all-to-all
   auto model = nn::DataParallelGpt<double>::init(c, mesh, opts);
   const auto o = gt::adam_options();

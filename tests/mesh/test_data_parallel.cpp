@@ -1,5 +1,6 @@
 // Data parallelism in the types (issue 13) on threads: DP × TP meshes train like one rank on the
-// whole batch; the sharded optimizer (ZeRO-1) updates like Adam and holds 1/dp of its state; the
+// whole batch; the sharded optimizer (ZeRO-1) updates like Adam and holds 1/dp of its state; ZeRO-2
+// and ZeRO-3 (gradients, then parameters, held as slices) train bitwise like ZeRO-1; the
 // DP collectives in the ledger, by axis; checkpoints across meshes; bad input.
 #include <doctest/doctest.h>
 
@@ -145,6 +146,188 @@ TEST_CASE("data parallel ZeRO-2: gradients reduce-scattered during the backward 
       MESSAGE("ZeRO-2 at dp 2 × tp 2, ", plan.buckets(), " buckets: the whole gradient is ", whole, " B per rank; held at most ",
               model.gradient_peak_bytes(), " B during the backward, ", slices, " B after it");
   });
+}
+
+TEST_CASE("data parallel ZeRO-3: parameter slices gathered in the forward train bitwise like ZeRO-1 and like one rank (8 steps, <= 1e-12)") {
+  for (bool sp : {false, true}) {
+    CAPTURE(sp);
+    const auto c = dp_cases::config(sp);
+    const auto ref = dp_cases::reference(c, 8);
+    struct Shape {
+      int d, t;
+    };
+    for (Shape s : {Shape{2, 2}, Shape{4, 1}}) {
+      CAPTURE(s.d);
+      CAPTURE(s.t);
+      std::vector<double> l1, l3;
+      nn::Masters m1, m3;
+      std::mutex mu;
+      run_ranks(s.d * s.t, [&](ThreadComm& comm) {
+        Mesh mesh(comm, {{"dp", s.d}, {"tp", s.t}});
+        nn::Masters a, b;
+        auto z1 = dp_cases::train(c, mesh, 8, Opt::sharded_adam, 4096, 1.0, &a);
+        auto z3 = dp_cases::train(c, mesh, 8, Opt::sharded_adam, 4096, 1.0, &b, nn::CpAlgo::ring, true, true);
+        if (comm.rank() == 0) {
+          std::lock_guard lk(mu);
+          l1 = z1, l3 = z3, m1 = std::move(a), m3 = std::move(b);
+        }
+      });
+      REQUIRE(l3.size() == 8);
+      CHECK(l3 == l1);  // bitwise: the same buckets and reductions; the gathered values are ZeRO-1's
+      REQUIRE(m1.size() == m3.size());
+      for (const auto& entry : m1) {
+        CAPTURE(entry.first);
+        CHECK(m3.at(entry.first) == entry.second);
+      }
+      CHECK(gt::curve_diff(l3, ref) <= 1e-12);
+      CHECK(l3.back() < l3.front());
+    }
+  }
+}
+
+namespace {
+/// The greedy buckets of `sizes` at `cap` values (nn/optim/grad_buckets.hpp's rule, restated here).
+std::vector<Index> greedy_buckets(const std::vector<Index>& sizes, Index cap) {
+  std::vector<Index> b;
+  for (Index n : sizes) {
+    if (b.empty() || b.back() + n > cap) b.push_back(0);
+    b.back() += n;
+  }
+  return b;
+}
+}  // namespace
+
+TEST_CASE("data parallel ZeRO-3: per step the ledger's parameter all_gathers and gradient reduce_scatters, none after the step; the parameter bytes held are the slices") {
+  struct Shape {
+    int d, t;
+    bool sp;
+  };
+  for (Shape s : {Shape{2, 2, false}, Shape{4, 1, false}, Shape{2, 2, true}}) {
+    CAPTURE(s.d);
+    CAPTURE(s.t);
+    CAPTURE(s.sp);
+    const auto c = dp_cases::config(s.sp);
+    run_ranks(s.d * s.t, [&](ThreadComm& comm) {
+      // The analytic figures from a plain replica's parameters (not the ZeRO-3 model's plan): their
+      // local sizes, packed greedily into buckets of 4096, each padded to a multiple of dp.
+      Index psi = 0, padded = 0;
+      std::vector<Index> sizes;
+      {
+        Mesh plain_mesh(comm, {{"dp", s.d}, {"tp", s.t}});
+        auto plain = nn::DataParallelGpt<double>::init(c, plain_mesh, {4096});
+        plain.replica().visit_params([&](const nn::ParamInfo&, const nn::TensorMap&, auto& w) { sizes.push_back(w.local().size()); });
+      }
+      const auto buckets = greedy_buckets(sizes, 4096);
+      std::size_t biggest = 0;  // the largest padded bucket, in bytes
+      for (Index b : buckets) {
+        psi += b, padded += (b + s.d - 1) / s.d * s.d;
+        biggest = std::max(biggest, static_cast<std::size_t>((b + s.d - 1) / s.d * s.d) * sizeof(double));
+      }
+      const std::size_t slices = static_cast<std::size_t>(padded / s.d) * sizeof(double);
+      const std::size_t whole = static_cast<std::size_t>(psi) * sizeof(double);
+
+      Ledger led;
+      Mesh mesh(ledgered(Group(comm), led), {{"dp", s.d}, {"tp", s.t}});
+      nn::DataParallelGpt<double>::Options o;
+      o.bucket_elements = 4096;
+      o.shard_parameters = true;
+      auto model = nn::DataParallelGpt<double>::init(c, mesh, o);
+      nn::ShardedAdam<double> zero(gt::adam_options());
+      CHECK(model.parameter_bytes() == slices);  // from init on: only the slices
+      CHECK(model.parameter_slices().size() == buckets.size());
+      for (int step = 0; step < 3; ++step) {
+        CAPTURE(step);
+        const auto [x, y] = gt::batch_at(c, gt::kText, step);
+        const std::size_t e0 = led.select().size();
+        model.forward_backward(x, y);
+        CHECK(model.parameter_bytes() == slices);  // the backward released every gathered parameter
+        CHECK(model.parameter_peak_bytes() >= whole + slices);  // the forward held the whole replica …
+        CHECK(model.parameter_peak_bytes() <= whole + slices + biggest);  // … and one bucket in flight
+        const std::size_t e1 = led.select().size();
+        model.step(zero, 1.0);
+        CHECK(model.parameter_bytes() == slices);  // between steps: Σ padded/dp values per rank
+        const auto all = led.select();
+        std::map<std::string, std::size_t> fb, st;
+        std::map<std::string, Index> fb_el;
+        for (std::size_t i = e0; i < all.size(); ++i) {
+          const auto& e = all[i];
+          const std::string k = std::string(to_string(e.kind)) + "@" + e.axis;
+          if (i < e1) ++fb[k], fb_el[k] += static_cast<Index>(e.elements);
+          else ++st[k];
+        }
+        CHECK(fb["all_gather@dp"] == buckets.size());  // the parameters, one per bucket, in forward_backward
+        CHECK(fb_el["all_gather@dp"] == padded);
+        CHECK(fb["reduce_scatter@dp"] == buckets.size());  // the gradients, during the backward
+        CHECK(fb_el["reduce_scatter@dp"] == padded);
+        CHECK(fb["all_reduce@dp"] == 1);  // the loss
+        CHECK(st["all_gather@dp"] == 0);  // nothing gathered after the update: the next forward does
+        CHECK(st["reduce_scatter@dp"] == 0);
+        CHECK(st["all_reduce@dp"] == 1);  // the norm's two values
+      }
+      if (comm.rank() == 0 && s.d == 2 && !s.sp)
+        MESSAGE("ZeRO-3 at dp ", s.d, " × tp ", s.t, ", ", buckets.size(), " buckets: parameters ", whole, " B whole per replica; held ",
+                model.parameter_bytes(), " B between steps (e·Σ padded/dp = ", slices, " B), at most ", model.parameter_peak_bytes(),
+                " B during forward_backward");
+      // loss() and masters() gather too, and release again; Adam (not sharded) is refused.
+      const auto [x, y] = gt::batch_at(c, gt::kText, 3);
+      model.loss(x, y);
+      CHECK(model.parameter_bytes() == slices);
+      const auto m = model.masters();
+      CHECK(model.parameter_bytes() == slices);
+      CHECK(m.size() > 0);
+      model.forward_backward(x, y);
+      nn::Adam<double> adam;
+      CHECK_THROWS_WITH_AS(model.step(adam),
+                           "DataParallelGpt: with shard_parameters (ZeRO-3) the replica holds no whole parameters between "
+                           "steps; step with a ShardedAdam",
+                           ShapeError);
+    });
+  }
+}
+
+TEST_CASE("data parallel ZeRO-3: a checkpoint written with parameter slices loads at another mesh and training continues the same") {
+  const auto c = dp_cases::config(false);
+  const auto ref = dp_cases::reference(c, 8);
+  nn::Masters weights, moments;
+  run_ranks(4, [&](ThreadComm& comm) {
+    Mesh mesh(comm, {{"dp", 2}, {"tp", 2}});
+    nn::DataParallelGpt<double>::Options o;
+    o.shard_parameters = true;
+    auto model = nn::DataParallelGpt<double>::init(c, mesh, o);
+    nn::ShardedAdam<double> zero(gt::adam_options());
+    for (int s = 0; s < 4; ++s) {
+      const auto [x, y] = gt::batch_at(c, gt::kText, s);
+      model.forward_backward(x, y);
+      model.step(zero, 1.0);
+    }
+    auto w = model.masters();
+    auto m = model.optimizer_masters(zero);
+    if (comm.rank() == 0) {
+      weights = std::move(w);
+      moments = std::move(m);
+    }
+  });
+  std::vector<double> got;
+  run_ranks(4, [&](ThreadComm& comm) {
+    Mesh mesh(comm, {{"dp", 4}, {"tp", 1}});
+    nn::DataParallelGpt<double>::Options o;
+    o.shard_parameters = true;
+    auto model = nn::DataParallelGpt<double>::init(c, mesh, o);
+    model.load(weights);
+    model.replica().set_steps(4);
+    nn::ShardedAdam<double> zero(gt::adam_options());
+    model.load_optimizer(zero, moments);
+    zero.set_step_count(4);
+    std::vector<double> l;
+    for (int k = 4; k < 8; ++k) {
+      const auto [x, y] = gt::batch_at(c, gt::kText, k);
+      l.push_back(model.forward_backward(x, y));
+      model.step(zero, 1.0);
+    }
+    if (comm.rank() == 0) got = l;
+  });
+  REQUIRE(got.size() == 4);
+  CHECK(gt::curve_diff(got, std::vector<double>(ref.begin() + 4, ref.end())) <= 1e-12);
 }
 
 TEST_CASE("data parallel: the DP collectives in the ledger, by axis, beside their analytic count") {
