@@ -116,10 +116,11 @@ Parsed parse_options(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--zero", o.zero,
                  "with --dp, the ZeRO stage: --zero alone is 1, the sharded optimizer (reduce_scatter + all_gather over dp); "
-                 "--zero 2 also reduce-scatters the gradients during the backward (not given: 0)")
+                 "--zero 2 also reduce-scatters the gradients during the backward; --zero 3 also keeps only the parameters' "
+                 "slices between steps (all_gather over dp in the forward) (not given: 0)")
       ->expected(0, 1)
       ->default_str("1")
-      ->check(CLI::Range(0, 2));
+      ->check(CLI::Range(0, 3));
   integer_option(app, flags, "--bucket", o.bucket, "with --dp: values per gradient bucket (0: one bucket per tensor)",
                  std::size_t{0});
   integer_option(app, flags, "--pp", o.pp,

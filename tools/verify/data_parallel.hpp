@@ -11,6 +11,12 @@
 //                      step keeps the all_gathers and the norm's all_reduce; the gradient slices
 //                      held after the backward are e·Σ⌈n_b/D⌉, and the most held during it is below
 //                      the whole e·Ψ
+//   --zero 3           the parameters are held as slices W_b[dp:C] between steps: forward_backward
+//                      all_gathers every bucket first (dp: one all_gather per bucket, padded) and
+//                      reduce-scatters the gradients in the backward; the step has only the norm's
+//                      all_reduce. The parameter bytes held after the step are e·Σ⌈n_b/D⌉ (the
+//                      whole replica: e·Ψ); the gradients are checked on a second ZeRO-3 model
+//                      (its slices gathered back over dp, then over tp: not counted)
 //
 // With --cp C the mesh is dp × cp × tp: the data group is dp × cp (D·C ranks: the same counts,
 // padded to D·C), and a second row holds attention's traffic on cp beside its count: per layer,
@@ -118,7 +124,8 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   typename nn::DataParallelGpt<T>::Options dpo;
   dpo.bucket_elements = o.bucket;
   dpo.cp_algo = o.cp_algo == "a2a" ? nn::CpAlgo::all_to_all : nn::CpAlgo::ring;
-  dpo.shard_gradients = o.zero == 2;
+  dpo.shard_gradients = o.zero >= 2;
+  dpo.shard_parameters = o.zero == 3;
   auto model = nn::DataParallelGpt<T>::init(gc, mesh, dpo);
   model.load(to_masters(o, dm.g));
   model.replica().check_finite(true);
@@ -129,6 +136,7 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
     loss = model.forward_backward(dm.ids, dm.targets);
   }
   const std::size_t after_step = ledger.entries().size();
+  std::size_t after_update = after_step;  // the step's entries end here (before masters(): ZeRO-3 gathers for it)
   std::size_t grad_slice_bytes = 0;
   for (const auto& g : model.gradient_slices()) grad_slice_bytes += static_cast<std::size_t>(g.size()) * sizeof(T);
   const std::size_t grad_peak_bytes = model.gradient_peak_bytes();
@@ -136,7 +144,14 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   if (!o.zero) {
     auto s = ledger.scope("dp_reduce");
     grads = model.grad_masters();  // all_reduce<dp> per bucket, then a gather over tp (not counted)
+    after_update = ledger.entries().size();
+  } else if (o.zero == 3) {  // the gradients of a second ZeRO-3 model, on the unledgered mesh
+    auto twin = nn::DataParallelGpt<T>::init(gc, raw_mesh, dpo);
+    twin.load(to_masters(o, dm.g));
+    twin.forward_backward(dm.ids, dm.targets);
+    grads = twin.grad_masters();  // the slices all_gather<dp>'d, then gathered over tp
   }
+  std::size_t param_bytes = 0, param_peak = 0;
   // --zero: one sharded-optimizer step, and the same step with Adam on one rank over the whole batch.
   std::optional<nn::Masters> zero_params, one_params;
   std::size_t state_bytes = 0;
@@ -146,7 +161,10 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
       auto s = ledger.scope("dp_reduce");
       model.step(zero, 1.0);
     }
+    after_update = ledger.entries().size();
     state_bytes = zero.state_bytes();
+    param_bytes = model.parameter_bytes();  // ZeRO-3: the slices alone; else the whole replica
+    param_peak = model.parameter_peak_bytes();
     zero_params = model.masters();
     auto one = nn::Gpt<T>::from_masters(gc, to_masters(o, dm.g), Group(SelfComm{}));
     nn::Adam<T> adam;
@@ -165,10 +183,10 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   Index psi = 0, padded = 0;
   for (Index b : buckets) psi += b, padded += (b + D - 1) / D * D;
 
-  Row row(CP > 1 ? fmt::format("DP={} × CP={} Gpt{}", D / CP, CP, o.zero == 2 ? " ZeRO-2" : o.zero ? " ZeRO" : "") : fmt_dp_name(D, P, o.zero), "dp", {}, tol);
+  Row row(CP > 1 ? fmt::format("DP={} × CP={} Gpt{}", D / CP, CP, o.zero >= 2 ? fmt::format(" ZeRO-{}", o.zero) : o.zero ? " ZeRO" : "") : fmt_dp_name(D, P, o.zero), "dp", {}, tol);
   const auto dpe = [&](const LedgerEntry& e) { return e.axis == "dp"; };  // with cp: the dp × cp data group
   row.ledger_fwd = verify::tally_if(std::vector<LedgerEntry>(ledger.entries().begin(), ledger.entries().begin() + static_cast<std::ptrdiff_t>(after_step)), dpe);
-  row.ledger_bwd = verify::tally_if(std::vector<LedgerEntry>(ledger.entries().begin() + static_cast<std::ptrdiff_t>(after_step), ledger.entries().end()), dpe);
+  row.ledger_bwd = verify::tally_if(std::vector<LedgerEntry>(ledger.entries().begin() + static_cast<std::ptrdiff_t>(after_step), ledger.entries().begin() + static_cast<std::ptrdiff_t>(after_update)), dpe);
   row.analytic_fwd.add(CollectiveKind::all_reduce, elem);  // the loss: one value
   const auto n = buckets.size();
   if (!o.zero) {
@@ -176,8 +194,8 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   } else {
     for (Index b : buckets) {
       const auto pb = static_cast<std::size_t>((b + D - 1) / D * D) * elem;
-      (o.zero == 2 ? row.analytic_fwd : row.analytic_bwd).add(CollectiveKind::reduce_scatter, pb);  // ZeRO-2: in the backward
-      row.analytic_bwd.add(CollectiveKind::all_gather, pb);
+      (o.zero >= 2 ? row.analytic_fwd : row.analytic_bwd).add(CollectiveKind::reduce_scatter, pb);  // ZeRO-2, 3: in the backward
+      (o.zero == 3 ? row.analytic_fwd : row.analytic_bwd).add(CollectiveKind::all_gather, pb);  // ZeRO-3: before the forward
     }
     if (D > 1) row.analytic_bwd.add(CollectiveKind::all_reduce, 2 * sizeof(double));  // the norm's two parts
   }
@@ -186,18 +204,19 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   row.checks.push_back(verify::check_flag("Ψ = " + std::to_string(psi) + " local values in " + std::to_string(n) +
                                               " buckets, as packed by the model",
                                           plan.parameters() == psi && plan.buckets() == n));
-  if (!o.zero) {
+  if (!o.zero || o.zero == 3) {
     const auto expect = fuse_parts(grad_masters(o, dense->grads));
     const auto got = fuse_parts(grads);
     for (const auto& [name, m] : expect) {
-      verify::Check ck{"d " + name + " (all_reduce<dp>)", {}, false};
+      verify::Check ck{"d " + name + (o.zero ? " (reduce_scatter<dp>)" : " (all_reduce<dp>)"), {}, false};
       auto it = got.find(name);
       if (it == got.end()) ck.err.max_rel = ck.err.max_abs = std::numeric_limits<double>::infinity();
       else ck.err = compare(it->second, m);
       ck.pass = ck.err.within(tol);
       row.checks.push_back(ck);
     }
-  } else {
+  }
+  if (o.zero) {
     // One check over the whole model, normwise: a tensor whose gradient is rounding noise (the key
     // bias: softmax ignores a shift of a row) gets an Adam step of noise / noise, so a per-tensor
     // relative error would compare rounding with rounding.
@@ -222,7 +241,7 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
     row.checks.push_back(verify::check_flag("ZeRO-1 moments held = 2·e·Σ⌈n_b/D⌉ = " + std::to_string(formula) + " B",
                                             state_bytes == formula));
     DpFigures f{true, state_bytes, formula, 2 * elem * static_cast<std::size_t>(psi)};
-    if (o.zero == 2) {  // the gradients: 1/D of every padded bucket kept, never the whole Ψ held
+    if (o.zero >= 2) {  // the gradients: 1/D of every padded bucket kept, never the whole Ψ held
       const std::size_t slices = elem * static_cast<std::size_t>(padded / D), whole = elem * static_cast<std::size_t>(psi);
       row.checks.push_back(verify::check_flag("ZeRO-2 gradient slices held = e·Σ⌈n_b/D⌉ = " + std::to_string(slices) + " B",
                                               grad_slice_bytes == slices));
@@ -231,6 +250,13 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
                                               grad_peak_bytes < whole));
       f.stage = 2, f.grad_peak_bytes = grad_peak_bytes, f.grad_slice_bytes = grad_slice_bytes, f.grad_slice_formula = slices;
       f.grad_whole_bytes = whole;
+    }
+    if (o.zero == 3) {  // the parameters: 1/D of every padded bucket held between steps
+      const std::size_t slices = elem * static_cast<std::size_t>(padded / D), whole = elem * static_cast<std::size_t>(psi);
+      row.checks.push_back(verify::check_flag("ZeRO-3 parameters held after the step = e·Σ⌈n_b/D⌉ = " + std::to_string(slices) +
+                                                  " B (whole replica e·Ψ = " + std::to_string(whole) + " B)",
+                                              param_bytes == slices));
+      f.stage = 3, f.param_bytes = param_bytes, f.param_formula = slices, f.param_whole_bytes = whole, f.param_peak_bytes = param_peak;
     }
     if (figures) *figures = f;
   }

@@ -28,7 +28,7 @@ namespace nn = shardalg::nn;
 struct Options {
   int tp = 2;
   int dp = 1;                          // data-parallel replicas: a dp × tp mesh (tools/verify/data_parallel.hpp)
-  int zero = 0;                        // --zero [1|2]: the sharded optimizer (ZeRO-1) on dp; 2: gradients too
+  int zero = 0;                        // --zero [1|2|3]: the sharded optimizer (ZeRO-1) on dp; 2: gradients too; 3: parameters too
   std::size_t bucket = std::size_t{1} << 16;  // --bucket: values per data-parallel gradient bucket (0: one per tensor)
   int pp = 1;                          // pipeline stages' ranks: a dp × pp × tp mesh (tools/verify/pipeline.hpp)
   std::string schedule = "1f1b";       // --schedule: afab, 1f1b, interleaved (2 chunks per rank), zb-h1

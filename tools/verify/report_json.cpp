@@ -89,11 +89,16 @@ std::string format_json(const Options& o, int p, const RankResult& r, bool pass,
     j["zero"] = {{"moments_bytes_measured", r.dp_figures.state_bytes},
                  {"moments_bytes_formula", r.dp_figures.formula_bytes},
                  {"adam_moments_bytes", r.dp_figures.adam_bytes}};
-  if (r.dp_figures.zero && r.dp_figures.stage == 2)
+  if (r.dp_figures.zero && r.dp_figures.stage >= 2)
     j["zero"]["gradients"] = {{"slice_bytes_measured", r.dp_figures.grad_slice_bytes},
                               {"slice_bytes_formula", r.dp_figures.grad_slice_formula},
                               {"peak_bytes_during_backward", r.dp_figures.grad_peak_bytes},
                               {"whole_gradient_bytes", r.dp_figures.grad_whole_bytes}};
+  if (r.dp_figures.zero && r.dp_figures.stage == 3)
+    j["zero"]["parameters"] = {{"held_bytes_measured", r.dp_figures.param_bytes},
+                               {"held_bytes_formula", r.dp_figures.param_formula},
+                               {"peak_bytes_during_forward_backward", r.dp_figures.param_peak_bytes},
+                               {"whole_parameter_bytes", r.dp_figures.param_whole_bytes}};
   if (r.pp_figures.on)
     j["pipeline"] = {{"pp", o.pp},
                      {"schedule", o.schedule},

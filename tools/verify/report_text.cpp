@@ -114,7 +114,8 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
     fmt::format_to(out,
                    "  (DataParallelGpt: its collectives on the dp axis only — forward: the global loss; backward: the\n"
                    "   gradient buckets' all_reduce, or ZeRO-1's reduce_scatter + all_gather and the norm — beside the\n"
-                   "   count from the configuration: Ψ local values per tensor-parallel rank, packed greedily into buckets)\n");
+                   "   count from the configuration: Ψ local values per tensor-parallel rank, packed greedily into buckets;\n"
+                   "   forward_backward takes ZeRO-2's reduce_scatters and ZeRO-3's parameter all_gathers too)\n");
 
   // 3. time and memory (the layer-by-layer run; nn::Gpt is a second run of the same model)
   constexpr auto kTimeRow = "{:<17}{:>14}{:>11}{:>12}{:>11}{:>12}{:>12}{:>13}\n";
@@ -142,13 +143,20 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
                    r.dp_figures.state_bytes == r.dp_figures.formula_bytes ? "equal" : "DIFFERENT",
                    format_bytes(double(r.dp_figures.adam_bytes)),
                    r.dp_figures.state_bytes ? double(r.dp_figures.adam_bytes) / double(r.dp_figures.state_bytes) : 0.0);
-  if (r.dp_figures.zero && r.dp_figures.stage == 2)
+  if (r.dp_figures.zero && r.dp_figures.stage >= 2)
     fmt::format_to(out,
                    "ZeRO-2   gradients per rank: slices after the backward {} = formula e·Σ_b⌈n_b/dp⌉ {} ({}); at most {} held "
                    "during the backward; the whole gradient would be {}\n",
                    format_bytes(double(r.dp_figures.grad_slice_bytes)), format_bytes(double(r.dp_figures.grad_slice_formula)),
                    r.dp_figures.grad_slice_bytes == r.dp_figures.grad_slice_formula ? "equal" : "DIFFERENT",
                    format_bytes(double(r.dp_figures.grad_peak_bytes)), format_bytes(double(r.dp_figures.grad_whole_bytes)));
+  if (r.dp_figures.zero && r.dp_figures.stage == 3)
+    fmt::format_to(out,
+                   "ZeRO-3   parameters per rank: held between steps {} = formula e·Σ_b⌈n_b/dp⌉ {} ({}); at most {} held "
+                   "during forward_backward; the whole replica would be e·Ψ = {}\n",
+                   format_bytes(double(r.dp_figures.param_bytes)), format_bytes(double(r.dp_figures.param_formula)),
+                   r.dp_figures.param_bytes == r.dp_figures.param_formula ? "equal" : "DIFFERENT",
+                   format_bytes(double(r.dp_figures.param_peak_bytes)), format_bytes(double(r.dp_figures.param_whole_bytes)));
 
   if (r.pp_figures.on) {
     std::string peaks;

@@ -38,12 +38,15 @@ struct Row : verify::LayerCheck {
 };
 
 /// --dp --zero: the sharded optimizer's moments on one rank, measured and by the formula, and
-/// what unsharded Adam would hold (2Ψ values); with --zero 2 the gradient bytes held.
+/// what unsharded Adam would hold (2Ψ values); with --zero 2 the gradient bytes held; with --zero 3
+/// the parameter bytes held between steps (measured, by the formula), the whole replica's e·Ψ and
+/// the most held during forward_backward.
 struct DpFigures {
   bool zero = false;
   std::size_t state_bytes = 0, formula_bytes = 0, adam_bytes = 0;
   int stage = 1;
   std::size_t grad_peak_bytes = 0, grad_slice_bytes = 0, grad_slice_formula = 0, grad_whole_bytes = 0;
+  std::size_t param_bytes = 0, param_formula = 0, param_whole_bytes = 0, param_peak_bytes = 0;
 };
 
 /// --pp: the layout the stages held, the peak bytes each rank held between ops (measured by the
@@ -57,7 +60,7 @@ struct PpFigures {
 
 /// The --dp row's name (fits the report's first column): "DP=2 Gpt", "DP=2 Gpt ZeRO".
 inline std::string fmt_dp_name(int d, int /*t*/, int zero) {
-  return "DP=" + std::to_string(d) + " Gpt" + (zero == 1 ? " ZeRO" : zero == 2 ? " ZeRO-2" : "");
+  return "DP=" + std::to_string(d) + " Gpt" + (zero == 1 ? " ZeRO" : zero >= 2 ? " ZeRO-" + std::to_string(zero) : "");
 }
 
 struct RankResult {  // filled on rank 0
