@@ -58,7 +58,7 @@ class ParamShards {
     std::vector<Mat> flat;
     for (Index n : plan.padded) flat.push_back(Mat::Zero(1, n));  // zeros in the padding
     std::size_t k = 0;
-    model.visit_params([&](const ParamInfo&, const TensorMap&, auto& w) {
+    model.visit_params([&](const ParamInfo&, const auto&, auto& w) {
       const auto& s = plan.slots[k++];
       pack(w.local(), s, flat[s.bucket]);
     });
@@ -108,7 +108,7 @@ class ParamShards {
   template <class Model>
   void bind(Model& model, const BucketPlan& plan) {
     locals_.clear();
-    model.visit_params([&](const ParamInfo&, const TensorMap&, auto& w) { locals_.push_back(&w.local()); });
+    model.visit_params([&](const ParamInfo&, const auto&, auto& w) { locals_.push_back(&w.local()); });
     if (locals_.size() != plan.slots.size())
       throw ShapeError("ParamShards: the model's parameters do not match the bucket plan");
   }
