@@ -28,6 +28,28 @@ std::vector<double> mesh_curve(int d, int t, const nn::GptConfig& c, int steps, 
   });
   return out;
 }
+
+/// 4 sharded-Adam steps at DP=2 × TP=2 (options `o`), then the weights and the optimizer state as
+/// logical masters (rank 0's).
+void sharded_steps_then_state(const nn::GptConfig& c, nn::DataParallelGpt<double>::Options o, nn::Masters& weights,
+                              nn::Masters& moments) {
+  run_ranks(4, [&](ThreadComm& comm) {
+    Mesh mesh(comm, {{"dp", 2}, {"tp", 2}});
+    auto model = nn::DataParallelGpt<double>::init(c, mesh, o);
+    nn::ShardedAdam<double> zero(gt::adam_options());
+    for (int s = 0; s < 4; ++s) {
+      const auto [x, y] = gt::batch_at(c, gt::kText, s);
+      model.forward_backward(x, y);
+      model.step(zero, 1.0);
+    }
+    auto w = model.masters();
+    auto m = model.optimizer_masters(zero);
+    if (comm.rank() == 0) {
+      weights = std::move(w);
+      moments = std::move(m);
+    }
+  });
+}
 }  // namespace
 
 TEST_CASE("data parallel: DP x TP meshes train like one rank on the whole batch (25 steps, <= 1e-12)") {
@@ -289,24 +311,9 @@ TEST_CASE("data parallel ZeRO-3: a checkpoint written with parameter slices load
   const auto c = dp_cases::config(false);
   const auto ref = dp_cases::reference(c, 8);
   nn::Masters weights, moments;
-  run_ranks(4, [&](ThreadComm& comm) {
-    Mesh mesh(comm, {{"dp", 2}, {"tp", 2}});
-    nn::DataParallelGpt<double>::Options o;
-    o.shard_parameters = true;
-    auto model = nn::DataParallelGpt<double>::init(c, mesh, o);
-    nn::ShardedAdam<double> zero(gt::adam_options());
-    for (int s = 0; s < 4; ++s) {
-      const auto [x, y] = gt::batch_at(c, gt::kText, s);
-      model.forward_backward(x, y);
-      model.step(zero, 1.0);
-    }
-    auto w = model.masters();
-    auto m = model.optimizer_masters(zero);
-    if (comm.rank() == 0) {
-      weights = std::move(w);
-      moments = std::move(m);
-    }
-  });
+  nn::DataParallelGpt<double>::Options o;
+  o.shard_parameters = true;
+  sharded_steps_then_state(c, o, weights, moments);
   std::vector<double> got;
   run_ranks(4, [&](ThreadComm& comm) {
     Mesh mesh(comm, {{"dp", 4}, {"tp", 1}});
@@ -421,22 +428,7 @@ TEST_CASE("data parallel: a checkpoint written at one mesh loads at another and 
   const auto ref = dp_cases::reference(c, 8);
   // 4 steps at DP=2 × TP=2 with the sharded optimizer, then the state as logical masters.
   nn::Masters weights, moments;
-  run_ranks(4, [&](ThreadComm& comm) {
-    Mesh mesh(comm, {{"dp", 2}, {"tp", 2}});
-    auto model = nn::DataParallelGpt<double>::init(c, mesh);
-    nn::ShardedAdam<double> zero(gt::adam_options());
-    for (int s = 0; s < 4; ++s) {
-      const auto [x, y] = gt::batch_at(c, gt::kText, s);
-      model.forward_backward(x, y);
-      model.step(zero, 1.0);
-    }
-    auto w = model.masters();
-    auto m = model.optimizer_masters(zero);
-    if (comm.rank() == 0) {
-      weights = std::move(w);
-      moments = std::move(m);
-    }
-  });
+  sharded_steps_then_state(c, {}, weights, moments);
   // Resume at DP=1 × TP=4 (Adam), DP=4 × TP=1 (sharded) and DP=2 × TP=1 (sharded): steps 5–8.
   struct Shape {
     int d, t;
