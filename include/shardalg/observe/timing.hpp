@@ -107,6 +107,16 @@ class Timed {
     timed(CollectiveKind::recv, n, t, i, [&] { inner_.recv(b, n, t, peer, i); });
   }
   void barrier() { inner_.barrier(); }
+  /// Timed as the ledger records it: all_to_all of Σ send_counts, or the uneven collective it
+  /// carries (CallInfo::uneven_as) with the whole matrix's elements.
+  template <class Self = C>
+    requires VariableAllToAll<Self>
+  void all_to_allv(const void* s, const std::size_t* sc, void* r, const std::size_t* rc, DType t, const CallInfo& i = {}) {
+    std::size_t total = 0;
+    for (int p = 0; p < size(); ++p) total += sc[p];
+    timed(i.uneven_as ? *i.uneven_as : CollectiveKind::all_to_all, i.uneven_as ? i.uneven_elements : total, t, i,
+          [&] { inner_.all_to_allv(s, sc, r, rc, t, i); });
+  }
 
  private:
   template <class F>
