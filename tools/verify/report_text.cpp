@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <iterator>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -58,6 +59,13 @@ std::string format_time(double s) {
 }
 
 std::string format_err(double e) { return fmt::format("{:.1e}", e); }
+
+/// "M = formula F V (equal)": a measured byte count beside its formula's value (DIFFERENT otherwise).
+template <class N>
+std::string beside_formula(N measured, std::string_view formula, N value) {
+  return fmt::format("{} = formula {} {} ({})", format_bytes(double(measured)), formula, format_bytes(double(value)),
+                     measured == value ? "equal" : "DIFFERENT");
+}
 
 std::string tally_text(const verify::CommTally& t) {
   if (t.empty()) return "0";
@@ -135,28 +143,24 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
                  "  compute: the slowest rank's layer time minus its collectives; memory: bytes of this rank's tensors\n");
 
   if (r.explain) explain_text(out, *r.explain, p);
-  if (r.dp_figures.zero)
-    fmt::format_to(out,
-                   "\nZeRO-1   optimizer moments per rank: measured {} = formula 2·e·Σ_b⌈n_b/dp⌉ {} ({}); unsharded Adam would "
-                   "hold {} (×{:.2f})\n",
-                   format_bytes(double(r.dp_figures.state_bytes)), format_bytes(double(r.dp_figures.formula_bytes)),
-                   r.dp_figures.state_bytes == r.dp_figures.formula_bytes ? "equal" : "DIFFERENT",
-                   format_bytes(double(r.dp_figures.adam_bytes)),
-                   r.dp_figures.state_bytes ? double(r.dp_figures.adam_bytes) / double(r.dp_figures.state_bytes) : 0.0);
-  if (r.dp_figures.zero && r.dp_figures.stage >= 2)
-    fmt::format_to(out,
-                   "ZeRO-2   gradients per rank: slices after the backward {} = formula e·Σ_b⌈n_b/dp⌉ {} ({}); at most {} held "
-                   "during the backward; the whole gradient would be {}\n",
-                   format_bytes(double(r.dp_figures.grad_slice_bytes)), format_bytes(double(r.dp_figures.grad_slice_formula)),
-                   r.dp_figures.grad_slice_bytes == r.dp_figures.grad_slice_formula ? "equal" : "DIFFERENT",
-                   format_bytes(double(r.dp_figures.grad_peak_bytes)), format_bytes(double(r.dp_figures.grad_whole_bytes)));
-  if (r.dp_figures.zero && r.dp_figures.stage == 3)
-    fmt::format_to(out,
-                   "ZeRO-3   parameters per rank: held between steps {} = formula e·Σ_b⌈n_b/dp⌉ {} ({}); at most {} held "
-                   "during forward_backward; the whole replica would be e·Ψ = {}\n",
-                   format_bytes(double(r.dp_figures.param_bytes)), format_bytes(double(r.dp_figures.param_formula)),
-                   r.dp_figures.param_bytes == r.dp_figures.param_formula ? "equal" : "DIFFERENT",
-                   format_bytes(double(r.dp_figures.param_peak_bytes)), format_bytes(double(r.dp_figures.param_whole_bytes)));
+  if (r.dp_figures.zero) {
+    const auto& f = r.dp_figures;
+    fmt::format_to(out, "\nZeRO-1   optimizer moments per rank: measured {}; unsharded Adam would hold {} (×{:.2f})\n",
+                   beside_formula(f.state_bytes, "2·e·Σ_b⌈n_b/dp⌉", f.formula_bytes), format_bytes(double(f.adam_bytes)),
+                   f.state_bytes ? double(f.adam_bytes) / double(f.state_bytes) : 0.0);
+    if (f.stage >= 2)
+      fmt::format_to(out,
+                     "ZeRO-2   gradients per rank: slices after the backward {}; at most {} held during the backward; the "
+                     "whole gradient would be {}\n",
+                     beside_formula(f.grad_slice_bytes, "e·Σ_b⌈n_b/dp⌉", f.grad_slice_formula),
+                     format_bytes(double(f.grad_peak_bytes)), format_bytes(double(f.grad_whole_bytes)));
+    if (f.stage == 3)
+      fmt::format_to(out,
+                     "ZeRO-3   parameters per rank: held between steps {}; at most {} held during forward_backward; the "
+                     "whole replica would be e·Ψ = {}\n",
+                     beside_formula(f.param_bytes, "e·Σ_b⌈n_b/dp⌉", f.param_formula),
+                     format_bytes(double(f.param_peak_bytes)), format_bytes(double(f.param_whole_bytes)));
+  }
 
   if (r.pp_figures.on) {
     std::string peaks;
