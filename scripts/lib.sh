@@ -50,6 +50,9 @@ ensure_optional_packages() {
 
 # ccache keys on relative paths, so clones in other directories share the cache.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+# The test targets load a precompiled header (tests/CMakeLists.txt); ccache caches such a compile
+# only under these sloppiness settings (the header's own inputs are still hashed).
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 
 # configure <build-dir> [extra cmake args…]
 configure() {
