@@ -4,8 +4,10 @@
 // DP collectives in the ledger, by axis; checkpoints across meshes; bad input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <random>
 
 #include "dp_cases.hpp"
 
@@ -100,6 +102,67 @@ TEST_CASE("data parallel: the sharded optimizer updates bitwise like Adam (no cl
   }
   const auto ref = dp_cases::reference(c, 6, 0.0);
   CHECK(gt::curve_diff(lz, ref) <= 1e-12);
+}
+
+namespace {
+nn::BucketSlot slot(Index rows, Index cols) {
+  nn::BucketSlot s;
+  s.name = "p";
+  s.rows = rows;
+  s.cols = cols;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("gradient buckets: packed greedily from the last parameter back, each bucket's parameters consecutive in visit order") {
+  // A worked case: sizes 3 5 2 7 at 8 values a bucket → from the back [7] [5 2] [3].
+  {
+    std::vector<nn::BucketSlot> v;
+    for (Index n : {3, 5, 2, 7}) v.push_back(slot(1, n));
+    const auto p = nn::BucketPlan::backward_order(v, 8, 2);
+    CHECK(p.elements == std::vector<Index>{7, 7, 3});
+    CHECK(p.padded == std::vector<Index>{8, 8, 4});
+    CHECK(p.slots[0].bucket == 2);
+    CHECK(p.slots[1].bucket == 1);
+    CHECK(p.slots[1].offset == 0);  // within a bucket, visit order
+    CHECK(p.slots[2].bucket == 1);
+    CHECK(p.slots[2].offset == 5);
+    CHECK(p.slots[3].bucket == 0);
+  }
+  // The laws over random sizes, caps (0: one per parameter) and padding.
+  std::mt19937 gen(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<nn::BucketSlot> v;
+    const int n = 1 + static_cast<int>(gen() % 12);
+    for (int i = 0; i < n; ++i) v.push_back(slot(1 + Index(gen() % 3), 1 + Index(gen() % 40)));
+    const std::size_t cap = trial % 5 == 0 ? 0 : 1 + gen() % 100;
+    const int pad = 1 + static_cast<int>(gen() % 4);
+    CAPTURE(trial);
+    const auto p = nn::BucketPlan::backward_order(v, cap, pad);
+    REQUIRE(p.slots.size() == v.size());
+    std::vector<Index> sum(p.buckets(), 0);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      CHECK(p.slots[i].size() == v[i].size());  // visit order kept
+      if (i + 1 < v.size()) CHECK((p.slots[i].bucket == p.slots[i + 1].bucket || p.slots[i].bucket == p.slots[i + 1].bucket + 1));
+      CHECK(p.slots[i].offset == sum[p.slots[i].bucket]);  // consecutive, no gap, no overlap
+      sum[p.slots[i].bucket] += p.slots[i].size();
+    }
+    CHECK(p.slots.back().bucket == 0);  // the last parameter is in the first bucket
+    for (std::size_t b = 0; b < p.buckets(); ++b) {
+      CHECK(sum[b] == p.elements[b]);
+      CHECK(p.padded[b] % pad == 0);
+      CHECK(p.padded[b] - p.elements[b] < pad);
+      if (cap == 0) CHECK(std::count_if(p.slots.begin(), p.slots.end(), [&](const auto& s) { return s.bucket == b; }) == 1);
+      else if (p.elements[b] > static_cast<Index>(cap))  // over the cap only as a lone parameter
+        CHECK(std::count_if(p.slots.begin(), p.slots.end(), [&](const auto& s) { return s.bucket == b; }) == 1);
+      // greedy: the next parameter back did not fit this bucket
+      if (cap > 0 && b + 1 < p.buckets()) {
+        const auto first = std::find_if(p.slots.begin(), p.slots.end(), [&](const auto& s) { return s.bucket == b; });
+        REQUIRE(first != p.slots.begin());
+        CHECK(p.elements[b] + std::prev(first)->size() > static_cast<Index>(cap));
+      }
+    }
+  }
 }
 
 TEST_CASE("data parallel ZeRO-2: gradients reduce-scattered during the backward train bitwise like ZeRO-1, and no rank holds them whole") {
@@ -208,10 +271,12 @@ TEST_CASE("data parallel ZeRO-3: parameter slices gathered in the forward train 
 }
 
 namespace {
-/// The greedy buckets of `sizes` at `cap` values (nn/optim/grad_buckets.hpp's rule, restated here).
+/// The greedy buckets of `sizes` (visit order) at `cap` values, packed from the last parameter back
+/// (nn/optim/grad_buckets.hpp's rule, restated here); bucket 0 holds the last parameters.
 std::vector<Index> greedy_buckets(const std::vector<Index>& sizes, Index cap) {
   std::vector<Index> b;
-  for (Index n : sizes) {
+  for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
+    const Index n = *it;
     if (b.empty() || b.back() + n > cap) b.push_back(0);
     b.back() += n;
   }

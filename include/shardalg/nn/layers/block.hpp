@@ -281,7 +281,7 @@ class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B>
       return mlp_.forward(l2.y);
     }();
     Input y = drop_mlp_.forward_add(y1, m.z);
-    return {std::move(y), Cache{std::move(l1.cache), std::move(a.cache), std::move(l2.cache), std::move(m.cache)}};
+    return {std::move(y), Cache{std::move(l1.cache), std::move(a.cache), std::move(l2.cache), std::move(m.cache), std::nullopt}};
   }
 
   /// Overlap each f's backward all-reduce (QKV, fc1) with its weight-gradient GEMM.

@@ -95,7 +95,7 @@ class SequenceParallelBlock : public detail::BlockParts<SequenceParallelBlock<T,
       return std::pair{mlp_.fc2().add_output_bias(reduce_scatter<RowSharded>(f.z)), std::move(f.cache)};
     }();
     Input y = y1 + drop_mlp_.forward(m.first);
-    return {std::move(y), Cache{std::move(l1.cache), std::move(a.second), std::move(l2.cache), std::move(m.second)}};
+    return {std::move(y), Cache{std::move(l1.cache), std::move(a.second), std::move(l2.cache), std::move(m.second), std::nullopt}};
   }
 
   /// detail::block_backward with each sub-layer entered by reduce_scatter's adjoint (all_gather

@@ -212,9 +212,9 @@ class DataParallelGpt {
 
   void ensure_plan() {
     if (!plan_.slots.empty()) return;
-    plan_.bucket_elements = opt_.bucket_elements;
-    plan_.pad_to = data_.size();
-    model_.visit_params([&](const ParamInfo& info, const TensorMap&, auto& w) { plan_.add(slot_of(info, w)); });
+    std::vector<BucketSlot> visit;
+    model_.visit_params([&](const ParamInfo& info, const TensorMap&, auto& w) { visit.push_back(slot_of(info, w)); });
+    plan_ = BucketPlan::backward_order(std::move(visit), opt_.bucket_elements, data_.size());
   }
   void require_grads() const {
     if (!model_.grads()) throw ShapeError("DataParallelGpt: step() without gradients; call forward_backward first");

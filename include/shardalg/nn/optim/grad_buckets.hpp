@@ -1,12 +1,17 @@
-// shardalg/nn/optim/grad_buckets.hpp — data-parallel gradient buckets: the parameters, in the model's
-// visit order, packed into flat buffers of at most `bucket_elements` values each, so that small
-// gradients travel in one collective (PyTorch DDP's and Megatron's buckets).
+// shardalg/nn/optim/grad_buckets.hpp — data-parallel gradient buckets: the parameters packed into
+// flat buffers of at most `bucket_elements` values each, so that small gradients travel in one
+// collective (PyTorch DDP's and Megatron's buckets), in the order the backward makes them.
 //
-//   plan      [p0 p1 p2 | p3 | p4 p5]     greedy, in order; a parameter larger than a bucket
-//                                         gets one of its own; 0 elements: one per parameter
-//   bucket b  dG_b[dp:Partial] (1 × n_b, this tensor-parallel rank's local blocks side by side)
-//             all_reduce<dp>               → dG_b[dp:R]     (one all_reduce per bucket)
-//             reduce_scatter<dp, C>        → dG_b[dp:C]     (ZeRO-1: nn/optim/sharded_adam.hpp)
+//   visit order    p0 p1 p2 p3 p4 p5                  (embedding, block 0, …, the final norm)
+//   plan           [p4 p5] = 0 | [p3] = 1 | [p0 p1 p2] = 2
+//                  greedy from the last parameter back: the backward hands gradients over in about
+//                  the reverse of the visit order (the final norm's first, the embedding's last), so
+//                  bucket 0 fills first and is reduced while the backward goes on; a parameter larger
+//                  than a bucket gets one of its own; 0 elements: one per parameter
+//   bucket b       dG_b[dp:Partial] (1 × n_b, this tensor-parallel rank's local blocks side by side,
+//                  in visit order)
+//                  all_reduce<dp>               → dG_b[dp:R]     (one all_reduce per bucket)
+//                  reduce_scatter<dp, C>        → dG_b[dp:C]     (ZeRO-1: nn/optim/sharded_adam.hpp)
 //
 // A bucket is a one-axis tensor on dp: its columns are this rank's local blocks of tensors that
 // live on tp, so its values are the same kind of thing on every rank of a dp group (one tp rank's
@@ -38,11 +43,35 @@ struct BucketSlot {
 };
 
 struct BucketPlan {
-  std::vector<BucketSlot> slots;         // in visit order
+  std::vector<BucketSlot> slots;         // in visit order; a bucket's slots are consecutive
   std::vector<Index> elements;           // per bucket: the values it carries
   std::vector<Index> padded;             // per bucket: rounded up to a multiple of `pad_to`
   std::size_t bucket_elements = 0;
   int pad_to = 1;
+
+  /// The plan of `visit` (the parameters in visit order): packed greedily from the last parameter
+  /// back, at most `cap` values a bucket (0: one bucket per parameter), each padded to a multiple
+  /// of `pad_to`; within a bucket its parameters lie in visit order.
+  static BucketPlan backward_order(std::vector<BucketSlot> visit, std::size_t cap, int pad_to) {
+    BucketPlan p;
+    p.bucket_elements = cap;
+    p.pad_to = pad_to;
+    for (std::size_t i = visit.size(); i-- > 0;) {
+      const Index n = visit[i].size();
+      const bool open = !p.elements.empty() && cap > 0 && static_cast<std::size_t>(p.elements.back() + n) <= cap;
+      if (!open) p.elements.push_back(0);
+      visit[i].bucket = p.elements.size() - 1;
+      p.elements.back() += n;
+    }
+    std::vector<Index> next(p.elements.size(), 0);
+    for (auto& s : visit) {
+      s.offset = next[s.bucket];
+      next[s.bucket] += s.size();
+    }
+    for (Index e : p.elements) p.padded.push_back((e + pad_to - 1) / pad_to * pad_to);
+    p.slots = std::move(visit);
+    return p;
+  }
 
   [[nodiscard]] std::size_t buckets() const { return elements.size(); }
   /// Σ local parameter values (Ψ of this tensor-parallel rank).
@@ -50,22 +79,6 @@ struct BucketPlan {
     Index n = 0;
     for (Index e : elements) n += e;
     return n;
-  }
-
-  /// Add one parameter (visit order). A parameter that does not fit the open bucket starts a new one.
-  void add(BucketSlot s) {
-    const Index n = s.size();
-    const bool open = !elements.empty() && bucket_elements > 0 &&
-                      static_cast<std::size_t>(elements.back() + n) <= bucket_elements;
-    if (!open) {
-      elements.push_back(0);
-      padded.push_back(0);
-    }
-    s.bucket = elements.size() - 1;
-    s.offset = elements.back();
-    elements.back() += n;
-    padded.back() = (elements.back() + pad_to - 1) / pad_to * pad_to;
-    slots.push_back(std::move(s));
   }
 };
 
