@@ -203,7 +203,7 @@ CeOut run_ce(int p, const M& logits_padded, const Ids& tg, double eps, const M& 
 
 /// Logits [T, v_padded]: real columns from `real`, pad columns 1000 (a pad column that leaked into
 /// the softmax would dominate it).
-M pad_logits(const M& real, Index padded) {
+[[maybe_unused]] M pad_logits(const M& real, Index padded) {
   M z = M::Constant(real.rows(), padded, 1000.0);
   z.leftCols(real.cols()) = real;
   return z;
