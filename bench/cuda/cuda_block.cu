@@ -17,7 +17,8 @@
 // context's stream, after 2 warm-up iterations), TFLOP/s, and the fraction of the device's dense
 // bf16 peak: H100 SXM and H200 989 TFLOP/s, H100 NVL 835, H100 PCIe 756 (other devices: the
 // fraction is left out; SHARDALG_PEAK_TFLOPS overrides). Every output of the block is allocated
-// per call with cudaMalloc/cudaFree (no caching allocator yet), which this figure includes.
+// per call from the device's memory pool (backend/cuda/allocator.hpp: stream-ordered, kept after
+// the warm-up), which this figure includes; the pool's bytes in use and peak are printed.
 // Without a GPU the binary says why and exits 0.
 #include <algorithm>
 #include <cstdio>
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
   SHARDALG_CUDA_CHECK(cudaEventCreate(&b));
   for (int i = 0; i < 2; ++i) step();  // warm-up: cuBLAS heuristics, first allocations
   cuda::current().synchronize();
+  cuda::reset_memory_peak();
   std::vector<double> ms;
   for (int i = 0; i < iters; ++i) {
     SHARDALG_CUDA_CHECK(cudaEventRecord(a, cuda::current_stream()));
@@ -110,6 +112,10 @@ int main(int argc, char** argv) {
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
+  const cuda::MemoryStats mem = cuda::memory_stats();
+  std::printf("device memory pool: %.1f MiB in use between steps, peak %.1f MiB during a step, %.1f MiB reserved\n",
+              static_cast<double>(mem.in_use) / (1 << 20), static_cast<double>(mem.peak) / (1 << 20),
+              static_cast<double>(mem.reserved) / (1 << 20));
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
   const double tflops = flop / (med * 1e-3) / 1e12;

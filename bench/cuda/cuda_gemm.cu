@@ -6,8 +6,8 @@
 //                                group: the full core path, including the output allocation
 //   BM_mlp_fwd_bwd_bf16/<T>/<h>  an MLP block (X·W1 → GeLU → ·W2, and its backward: 6 GEMMs +
 //                                2 GeLU kernels) in bf16 at TP = 1; 48·T·h² FLOP. The two GeLU
-//                                outputs are allocated per call (cudaMalloc/cudaFree: no caching
-//                                allocator yet), which this figure includes.
+//                                outputs are allocated per call from the device's memory pool
+//                                (backend/cuda/allocator.hpp), which this figure includes.
 //
 // GPU time per iteration is measured with CUDA events (UseManualTime); the TFLOP/s counter is
 // 2·m·n·k per GEMM over that time. The goal of issue 7 is backend/raw ≥ 0.97. The fraction of

@@ -9,7 +9,8 @@
 // Plain-C++ parts (usable from .cpp with the CUDA headers), in backend/cuda/: error.hpp, types.hpp,
 // context.hpp, device_matrix.hpp, nccl.hpp; the simulated world's protocol is comm/sim_world.hpp.
 // Needing nvcc: device_kernels.cuh, backend.hpp (CudaBackend), sim_comm.hpp, kernels.cuh
-// (nn::Kernels<CudaBackend>: the nn layers on the GPU). See docs/cuda.md.
+// (nn::Kernels<CudaBackend>: the nn layers on the GPU), fused.cuh (nn::Fused<CudaBackend>: the
+// passes between the GEMMs); allocator.hpp is the device memory pool. See docs/cuda.md.
 #pragma once
 
 #include "shardalg/backend/cuda/error.hpp"
@@ -23,4 +24,5 @@
 #include "shardalg/backend/cuda/backend.hpp"
 #include "shardalg/backend/cuda/sim_comm.hpp"
 #include "shardalg/backend/cuda/kernels.cuh"
+#include "shardalg/backend/cuda/fused.cuh"
 #endif

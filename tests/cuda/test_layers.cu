@@ -34,6 +34,7 @@
 //                  dropout, projᵀ, dS, dQKV, Wqkvᵀ, all-reduce, LN1 sums and dx, residual
 //
 // Nothing here has been run on a GPU yet (see docs/cuda.md); without one the binary exits 77.
+#include <thread>
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -200,6 +201,79 @@ void kernels_match_cpu() {
   }
 }
 }  // namespace
+
+namespace {
+using FG = nn::Fused<CudaBackend>;
+using FC = nn::Fused<CpuBackend>;
+
+/// nn::Fused<CudaBackend> (one kernel per pass) against nn::Fused<CpuBackend> in double, on shapes
+/// with a ragged last column tile and row chunk (the two-pass column sums: 32-column tiles,
+/// row chunks of 8 lanes), and an empty one.
+template <class T>
+void fused_match_cpu() {
+  const double bound = std::is_same_v<T, double> ? 1e-12 : 1e-5;
+  auto check = [&](const char* what, const auto& got, const MD& want) {
+    const auto e = compare(back(got), want);
+    CHECK_MESSAGE(e.within(bound), type_name<T>() << " " << what << ": " << e);
+  };
+  for (const auto& shape : {std::pair<Index, Index>{13, 40}, {1031, 97}, {3000, 33}, {0, 5}}) {
+    const Index R = shape.first, C = shape.second;
+    CAPTURE(R);
+    CAPTURE(C);
+    const MD y = input<T>(R, C, 11, -3, 3), b = input<T>(1, C, 12), da = input<T>(R, C, 13), x = input<T>(R, C, 14);
+    for (const auto act : {nn::Activation::gelu_tanh, nn::Activation::gelu_erf}) {
+      auto yg = dev<T>(y);
+      MD yc = y;
+      const auto bg = dev<T>(b);
+      check("bias_act A", FG::bias_act(yg, &bg, act), FC::bias_act(yc, &b, act));
+      check("bias_act H (in place)", yg, yc);
+      cuda::DeviceMatrix<T> dbg;
+      MD dbc;
+      check("act_grad dH", FG::act_grad(yg, dev<T>(da), act, &dbg), FC::act_grad(yc, MD(da), act, &dbc));
+      check("act_grad db", dbg, dbc);
+    }
+    check("col_sum", CudaBackend::col_sum(dev<T>(y)), CpuBackend::col_sum(y));
+    const MD xhat = input<T>(R, C, 15), gamma = input<T>(1, C, 16, 0.75, 1.25), rstd = input<T>(R, 1, 17, 0.5, 2);
+    const auto rg = dev<T>(x);
+    const auto g = FG::norm_backward(dev<T>(da), dev<T>(xhat), dev<T>(gamma), dev<T>(rstd), true, true, &rg);
+    const auto gc = FC::norm_backward(da, xhat, gamma, rstd, true, true, &x);
+    check("norm_backward dX", g.dx, gc.dx);
+    check("norm_backward dgamma", g.dgamma, gc.dgamma);
+    check("norm_backward dbeta", g.dbeta, gc.dbeta);
+    check("dropout_add", FG::dropout_add(dev<T>(x), dev<T>(y), 0.3, 77, 5, 9, 120),
+          FC::dropout_add(x, y, 0.3, 77, 5, 9, 120));
+  }
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("cuda: nn::Fused<CudaBackend> equals nn::Fused<CpuBackend> (double reference)", T, float, double) {
+  fused_match_cpu<T>();
+}
+
+TEST_CASE("cuda: the memory pool reuses freed blocks and reports bytes in use and the peak") {
+  cuda::current().synchronize();
+  const auto before = cuda::memory_stats();
+  cuda::reset_memory_peak();
+  constexpr Index n = 1 << 20;  // 4 MiB of float
+  {
+    cuda::DeviceMatrix<float> a(n, 1), b(n, 1);
+    const auto live = cuda::memory_stats();
+    CHECK_GE(live.in_use, before.in_use + 2 * n * sizeof(float));
+    CHECK_GE(live.peak, live.in_use);
+  }
+  cuda::current().synchronize();
+  const auto after = cuda::memory_stats();
+  CHECK_EQ(after.in_use, before.in_use);                       // both blocks back in the pool
+  CHECK_GE(after.peak, before.in_use + 2 * n * sizeof(float));  // the high-water mark saw them
+  CHECK_GE(after.reserved, 2 * n * sizeof(float));              // kept, not returned to the device
+  // A block made on one thread's context and destroyed on another's (the device is synchronised
+  // first, allocator.hpp): no error, and the pool is back where it was.
+  cuda::DeviceMatrix<float> moved(n, 1);
+  moved.set_zero();
+  std::thread([m = std::move(moved)]() mutable { cuda::DeviceMatrix<float> gone = std::move(m); }).join();
+  cuda::current().synchronize();
+  CHECK_EQ(cuda::memory_stats().in_use, before.in_use);
+}
 
 TEST_CASE_TEMPLATE("cuda: nn::Kernels<CudaBackend> equals nn::Kernels<CpuBackend> (double reference)", T, float, double) {
   kernels_match_cpu<T>();  // on this thread's default context

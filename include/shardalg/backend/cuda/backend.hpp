@@ -8,7 +8,7 @@
 //   gemm(α, A, B, β, C)      cublasGemmEx with the row-major operand swap (below); fp32, fp64,
 //                            bf16/fp16 storage with fp32 accumulation; integers: an exact kernel
 //   map / zip                a kernel when the functor is device-callable, else a host round trip
-//   col_sum / row_sum / add_row / softmax_rows   kernels (kernels.cuh)
+//   col_sum / row_sum / add_row / softmax_rows   kernels (device_kernels.cuh; col_sum in two passes)
 //
 // Everything is ordered on current().stream() (context.hpp); nothing here synchronises except
 // the host fallback of map/zip and downloads.
@@ -70,6 +70,22 @@ struct Scale {
 inline void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) ::shardalg::cuda::detail::throw_cuda(e, what, __FILE__, __LINE__);
+}
+/// out[j] := Σ_i v(i·cols + j) for j < cols, rounded to T once: device_kernels.cuh's two passes,
+/// the partial sums in a scratch block from the pool.
+template <class T, class V>
+void col_sum_into(T* out, std::size_t rows, std::size_t cols, V v) {
+  using A = accum_t<T>;
+  if (cols == 0) return;
+  const unsigned chunks = kernels::col_sum_chunks(rows, cols);
+  DeviceMatrix<A> part(chunks, static_cast<Index>(cols));
+  const dim3 grid(static_cast<unsigned>((cols + kernels::kColTile - 1) / kernels::kColTile), chunks);
+  const dim3 block(kernels::kColTile, kernels::kColRows);
+  kernels::col_sum_partial<A><<<grid, block, 0, current_stream()>>>(v, part.data(), rows, cols);
+  check_launch("col_sum_partial");
+  kernels::col_sum_finish<<<kernels::blocks_for(cols), kernels::kThreads, 0, current_stream()>>>(part.data(), out,
+                                                                                                  chunks, cols);
+  check_launch("col_sum_finish");
 }
 }  // namespace detail
 
@@ -245,11 +261,8 @@ struct CudaBackend {
   template <class T>
   static matrix<T> col_sum(const matrix<T>& x) {
     matrix<T> out(1, x.cols());
-    const auto c = static_cast<std::size_t>(x.cols());
-    if (c == 0) return out;
-    kernels::col_sum<<<kernels::blocks_for(c), kernels::kThreads, 0, current_stream()>>>(
-        x.data(), out.data(), static_cast<std::size_t>(x.rows()), c);
-    detail::check_launch("col_sum");
+    detail::col_sum_into(out.data(), static_cast<std::size_t>(x.rows()), static_cast<std::size_t>(x.cols()),
+                         kernels::LoadOne<T>{x.data()});
     return out;
   }
   /// [I, 1]: Σ over columns.

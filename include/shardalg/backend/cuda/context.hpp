@@ -87,8 +87,12 @@ inline Context*& installed_context() {
   thread_local Context* c = nullptr;
   return c;
 }
-inline Context& thread_default_context() {
+inline std::unique_ptr<Context>& thread_default_slot() {
   thread_local std::unique_ptr<Context> c;
+  return c;
+}
+inline Context& thread_default_context() {
+  auto& c = thread_default_slot();
   if (!c) c = std::make_unique<Context>();
   return *c;
 }
@@ -100,6 +104,13 @@ inline Context& current() {
   return c ? *c : detail::thread_default_context();
 }
 inline cudaStream_t current_stream() { return current().stream(); }
+/// The current context's stream if this thread has a context, else the legacy default stream
+/// (0); makes no context (for destructors on threads that never ran backend work).
+inline cudaStream_t current_stream_if_any() {
+  if (Context* c = detail::installed_context()) return c->stream();
+  if (const auto& d = detail::thread_default_slot()) return d->stream();
+  return nullptr;
+}
 
 /// Whether p points to device memory (device or managed), as opposed to host memory.
 inline bool is_device_pointer(const void* p) {

@@ -1,6 +1,6 @@
 // shardalg/backend/cuda/device_matrix.hpp — DeviceMatrix<T>: a row-major rows × cols block in device
-// memory (plain cudaMalloc; no managed memory), owning and deep-copying, with the members the
-// core reads from a backend's matrix (rows, cols, size, data).
+// memory (stream-ordered, from the device's pool: allocator.hpp; no managed memory), owning and
+// deep-copying, with the members the core reads from a backend's matrix (rows, cols, size, data).
 //
 //   DeviceMatrix<float> d = host;             // upload an Eigen matrix or expression (any storage order)
 //   CpuBackend::matrix<float> h = to_host(d); // download (blocks until the copy is done)
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "shardalg/backend/cpu/backend.hpp"
+#include "shardalg/backend/cuda/allocator.hpp"
 #include "shardalg/backend/cuda/context.hpp"
 #include "shardalg/backend/cuda/types.hpp"
 
@@ -53,7 +54,10 @@ class DeviceMatrix {
     if (size()) SHARDALG_CUDA_CHECK(cudaMemcpyAsync(data_, o.data_, bytes(), cudaMemcpyDeviceToDevice, current_stream()));
   }
   DeviceMatrix(DeviceMatrix&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), rows_(std::exchange(o.rows_, 0)), cols_(std::exchange(o.cols_, 0)) {}
+      : data_(std::exchange(o.data_, nullptr)),
+        rows_(std::exchange(o.rows_, 0)),
+        cols_(std::exchange(o.cols_, 0)),
+        stream_(std::exchange(o.stream_, nullptr)) {}
   DeviceMatrix& operator=(const DeviceMatrix& o) {
     if (this != &o) {
       if (o.rows_ != rows_ || o.cols_ != cols_) allocate(o.rows_, o.cols_);
@@ -68,6 +72,7 @@ class DeviceMatrix {
       data_ = std::exchange(o.data_, nullptr);
       rows_ = std::exchange(o.rows_, 0);
       cols_ = std::exchange(o.cols_, 0);
+      stream_ = std::exchange(o.stream_, nullptr);
     }
     return *this;
   }
@@ -158,19 +163,23 @@ class DeviceMatrix {
     if (r < 0 || c < 0) throw ShapeError(shardalg::detail::cat("DeviceMatrix: negative shape ", r, "x", c));
     rows_ = r;
     cols_ = c;
-    if (size()) SHARDALG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()));
+    if (size()) {
+      stream_ = current_stream();
+      data_ = static_cast<T*>(device_allocate(bytes(), stream_));
+    }
   }
   void release() noexcept {
-    // cudaFree waits for the device to finish with the block, so a collective or kernel still
-    // reading it on another rank's stream is safe. (A stream-ordered caching allocator is the
-    // obvious next step; see docs/cuda.md.)
-    if (data_) cudaFree(data_);
+    // Back to the pool on the stream it was allocated on (or after a device synchronisation when
+    // another thread frees it): allocator.hpp says why that is ordered after every use.
+    if (data_) device_free(data_, stream_, current_stream_if_any());
     data_ = nullptr;
+    stream_ = nullptr;
     rows_ = cols_ = 0;
   }
 
   T* data_ = nullptr;
   Index rows_ = 0, cols_ = 0;
+  cudaStream_t stream_ = nullptr;  // the stream the block was allocated on
 };
 
 /// Download: device → host matrix (float for 16-bit storage).

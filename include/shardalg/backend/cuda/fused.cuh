@@ -1,0 +1,165 @@
+// shardalg/backend/cuda/fused.cuh — nn::Fused<CudaBackend>: the passes between the GEMMs
+// (backend/fused.hpp) as single sweeps on the device, instead of the generic composition's
+// chain of map / zip / add_row kernels and their intermediate blocks.
+//
+//   bias_act(Y, b, GeLU)        H = Y + b (into Y), A = GeLU(H): one kernel, H rounded to T before
+//                               the activation reads it, as the unfused add_row then map
+//   act_grad(H, dA, GeLU, db)   dH = dA ⊙ GeLU′(H) in one kernel (one rounding, not two); db = Σ_rows dH
+//                               by the two-pass column sum (backend.hpp, col_sum_into)
+//   norm_backward(…)            dγ = Σ_rows dY ⊙ x̂ summed while the product is formed (no [rows, n]
+//                               product block); dβ = Σ_rows dY; dX as Kernels<CudaBackend>
+//   dropout_add(X, Z, p, …)     X + dropout(Z) in one kernel, the mask nn::uniform_at at the global
+//                               index (the CPU's bit for bit, as Kernels<CudaBackend>::dropout)
+//
+// SwiGLU and the norms' forward keep the Kernels<CudaBackend> path (already one kernel each).
+// Arithmetic in acc_t<T> (float for the 16-bit types); each stored value rounded to T once.
+// Needs nvcc.
+#pragma once
+
+#if !defined(__CUDACC__)
+#error "shardalg/backend/cuda/fused.cuh needs the CUDA compiler: compile this translation unit as .cu"
+#endif
+
+#include <cstdint>
+
+#include "shardalg/backend/activation.hpp"
+#include "shardalg/backend/cuda/backend.hpp"
+#include "shardalg/backend/cuda/kernels.cuh"
+#include "shardalg/backend/fused.hpp"
+
+namespace shardalg::cuda::fused_kernels {
+
+/// y := round(y + b) (the pre-activation H, kept for the backward); a := round(act(H)).
+template <class T, class Act>
+__global__ void bias_act(T* __restrict__ y, const T* __restrict__ b, T* __restrict__ a, std::size_t rows,
+                         std::size_t cols, Act act) {
+  SHARDALG_GRID_STRIDE(i, rows * cols) {
+    const T h = b ? from_compute<T>(to_compute(y[i]) + to_compute(b[i % cols])) : y[i];
+    y[i] = h;
+    a[i] = from_compute<T>(act(static_cast<acc_t<T>>(to_compute(h))));
+  }
+}
+/// dh := round(dA · act′(H)).
+template <class T, class Grad>
+__global__ void act_grad(const T* __restrict__ h, const T* __restrict__ da, T* __restrict__ dh, std::size_t n,
+                         Grad grad) {
+  using A = acc_t<T>;
+  SHARDALG_GRID_STRIDE(i, n) dh[i] = from_compute<T>(static_cast<A>(to_compute(da[i])) * grad(static_cast<A>(to_compute(h[i]))));
+}
+/// y := round(x + mask · z · scale), mask(i, j) = [uniform_at(seed, tensor, r0 + i, c0 + j) ≥ p].
+template <class T>
+__global__ void dropout_add(const T* __restrict__ x, const T* __restrict__ z, T* __restrict__ y, std::size_t rows,
+                            std::size_t cols, double p, acc_t<T> scale, std::uint64_t seed, std::uint64_t tensor,
+                            Index r0, Index c0) {
+  using A = acc_t<T>;
+  SHARDALG_GRID_STRIDE(idx, rows * cols) {
+    const auto i = static_cast<Index>(idx / cols), j = static_cast<Index>(idx % cols);
+    const bool keep = nn::uniform_at(seed, tensor, r0 + i, c0 + j) >= p;
+    y[idx] = from_compute<T>(static_cast<A>(to_compute(x[idx])) + (keep ? static_cast<A>(to_compute(z[idx])) * scale : A(0)));
+  }
+}
+
+}  // namespace shardalg::cuda::fused_kernels
+
+namespace shardalg::nn {
+
+template <>
+struct Fused<cuda::CudaBackend> {
+  using B = cuda::CudaBackend;
+  template <class T>
+  using M = B::matrix<T>;
+
+  /// y (the GEMM output) becomes H = y + b; returns A = act(H). SwiGLU: [rows, 2w] → [rows, w].
+  template <class T>
+  static M<T> bias_act(M<T>& y, const M<T>* b, Activation act) {
+    switch (act) {
+      case Activation::gelu_tanh: return bias_act_with(y, b, GeluTanh{});
+      case Activation::gelu_erf: return bias_act_with(y, b, GeluErf{});
+      case Activation::swiglu: break;
+    }
+    if (b) y = B::add_row(y, *b);
+    return Kernels<B>::swiglu(y);
+  }
+  /// dH from dA; *db := Σ_rows dH when db is given.
+  template <class T>
+  static M<T> act_grad(const M<T>& h, M<T>&& da, Activation act, M<T>* db) {
+    M<T> dh = [&] {
+      switch (act) {
+        case Activation::gelu_tanh: return act_grad_with(h, da, GeluTanhGrad{});
+        case Activation::gelu_erf: return act_grad_with(h, da, GeluErfGrad{});
+        case Activation::swiglu: break;
+      }
+      return Kernels<B>::swiglu_grad(h, da);
+    }();
+    if (db) *db = B::col_sum(dh);
+    return dh;
+  }
+  template <class T>
+  using NormOut = typename Kernels<B>::template NormOut<T>;
+  template <class T>
+  static NormOut<T> norm_forward(const M<T>& x, const M<T>& gamma, const M<T>* beta, T eps, bool center) {
+    return Kernels<B>::norm_apply(x, Kernels<B>::row_mean_var(x, center), gamma, beta, eps);
+  }
+  template <class T>
+  struct NormGrads {
+    M<T> dx, dgamma, dbeta;  // dbeta empty when not asked for
+  };
+  template <class T>
+  static NormGrads<T> norm_backward(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd,
+                                    bool center, bool want_dbeta, const M<T>* residual = nullptr) {
+    const auto sums = Kernels<B>::norm_grad_sums(dy, xhat, gamma);
+    NormGrads<T> g{Kernels<B>::norm_grad_apply(dy, xhat, gamma, rstd, sums, dy.cols(), center), M<T>(1, dy.cols()), {}};
+    cuda::detail::col_sum_into(g.dgamma.data(), sz(dy.rows()), sz(dy.cols()),
+                               cuda::kernels::LoadProduct<T>{dy.data(), xhat.data()});
+    if (want_dbeta) g.dbeta = B::col_sum(dy);
+    if (residual) g.dx = B::zip(*residual, g.dx, fn::plus{});  // R + dX
+    return g;
+  }
+  /// x + dropout(z) (p = 0: x + z).
+  template <class T>
+  static M<T> dropout_add(const M<T>& x, const M<T>& z, double p, std::uint64_t seed, std::uint64_t tensor, Index r0,
+                          Index c0) {
+    if (p == 0.0) return B::zip(x, z, fn::plus{});
+    if (x.rows() != z.rows() || x.cols() != z.cols())
+      throw ShapeError(shardalg::detail::cat("Fused<CudaBackend>::dropout_add: shapes differ: ", x.rows(), "x", x.cols(),
+                                             " and ", z.rows(), "x", z.cols()));
+    const auto scale = static_cast<cuda::acc_t<T>>(1.0 / (1.0 - p));
+    M<T> y(x.rows(), x.cols());
+    if (y.size() == 0) return y;
+    cuda::fused_kernels::dropout_add<<<cuda::kernels::blocks_for(sz(y.size())), cuda::kernels::kThreads, 0,
+                                       cuda::current_stream()>>>(x.data(), z.data(), y.data(), sz(x.rows()),
+                                                                 sz(x.cols()), p, scale, seed, tensor, r0, c0);
+    cuda::detail::check_launch("fused dropout_add");
+    return y;
+  }
+
+ private:
+  static std::size_t sz(Index n) { return static_cast<std::size_t>(n); }
+  template <class T, class Act>
+  static M<T> bias_act_with(M<T>& y, const M<T>* b, Act act) {
+    if (b && (b->rows() != 1 || b->cols() != y.cols()))
+      throw ShapeError(shardalg::detail::cat("Fused<CudaBackend>::bias_act: bias ", b->rows(), "x", b->cols(), " for ",
+                                             y.rows(), "x", y.cols()));
+    M<T> a(y.rows(), y.cols());
+    if (y.size() == 0) return a;
+    cuda::fused_kernels::bias_act<<<cuda::kernels::blocks_for(sz(y.size())), cuda::kernels::kThreads, 0,
+                                    cuda::current_stream()>>>(y.data(), b ? b->data() : nullptr, a.data(),
+                                                              sz(y.rows()), sz(y.cols()), act);
+    cuda::detail::check_launch("fused bias_act");
+    return a;
+  }
+  template <class T, class Grad>
+  static M<T> act_grad_with(const M<T>& h, const M<T>& da, Grad grad) {
+    if (h.rows() != da.rows() || h.cols() != da.cols())
+      throw ShapeError(shardalg::detail::cat("Fused<CudaBackend>::act_grad: shapes differ: ", h.rows(), "x", h.cols(),
+                                             " and ", da.rows(), "x", da.cols()));
+    M<T> dh(h.rows(), h.cols());
+    if (dh.size() == 0) return dh;
+    cuda::fused_kernels::act_grad<<<cuda::kernels::blocks_for(sz(dh.size())), cuda::kernels::kThreads, 0,
+                                    cuda::current_stream()>>>(h.data(), da.data(), dh.data(), sz(dh.size()), grad);
+    cuda::detail::check_launch("fused act_grad");
+    return dh;
+  }
+};
+
+}  // namespace shardalg::nn
