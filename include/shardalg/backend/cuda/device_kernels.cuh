@@ -149,10 +149,20 @@ __global__ void col_sum_partial(V v, A* __restrict__ part, std::size_t rows, std
   __shared__ A sh[kColRows][kColTile + 1];
   const std::size_t j = static_cast<std::size_t>(blockIdx.x) * kColTile + threadIdx.x;
   A s = 0;
-  if (j < cols)
-    for (std::size_t i = static_cast<std::size_t>(blockIdx.y) * kColRows + threadIdx.y; i < rows;
-         i += static_cast<std::size_t>(gridDim.y) * kColRows)
+  if (j < cols) {
+    // Four rows in flight per step (independent loads; the sum order is fixed by the shape).
+    const std::size_t step = static_cast<std::size_t>(gridDim.y) * kColRows;
+    std::size_t i = static_cast<std::size_t>(blockIdx.y) * kColRows + threadIdx.y;
+    A s1 = 0, s2 = 0, s3 = 0;
+    for (; i + 3 * step < rows; i += 4 * step) {
       s += v(i * cols + j);
+      s1 += v((i + step) * cols + j);
+      s2 += v((i + 2 * step) * cols + j);
+      s3 += v((i + 3 * step) * cols + j);
+    }
+    for (; i < rows; i += step) s += v(i * cols + j);
+    s = (s + s1) + (s2 + s3);
+  }
   sh[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && j < cols) {
@@ -168,11 +178,11 @@ __global__ void col_sum_finish(const A* __restrict__ part, T* __restrict__ out, 
     out[j] = from_compute<T>(s);
   }
 }
-/// Row chunks for a [rows, cols] column sum: ~512 blocks in all, each row lane ≥ 16 rows.
+/// Row chunks for a [rows, cols] column sum: ~2048 blocks in all, each row lane ≥ 16 rows.
 inline unsigned col_sum_chunks(std::size_t rows, std::size_t cols) {
   const std::size_t tiles = (cols + kColTile - 1) / kColTile;
   const std::size_t by_rows = std::max<std::size_t>(1, rows / (16 * kColRows));
-  const std::size_t by_grid = std::max<std::size_t>(1, 512 / std::max<std::size_t>(tiles, 1));
+  const std::size_t by_grid = std::max<std::size_t>(1, 2048 / std::max<std::size_t>(tiles, 1));
   return static_cast<unsigned>(std::min<std::size_t>({by_rows, by_grid, 65535}));
 }
 

@@ -225,32 +225,51 @@ __global__ void dropout(const T* __restrict__ x, T* __restrict__ y, std::size_t 
 
 /// Causal softmax of U stacked [n, n] score blocks (block u = rows u·n …): row i of a block keeps
 /// columns 0…i. Output row (u, i) goes to p + u·p_stride + i·n; masked entries are 0.
+/// One block per row; the kept scores are read from memory once, into shared memory (the launcher
+/// gives n·sizeof(A) bytes), for the max, the exponentials and the sum; the masked half is never
+/// read. Each thread reads back only the entries it wrote (the same c = threadIdx.x + k·blockDim.x).
 template <class T, class A>
 __global__ void causal_softmax_blocks(const A* __restrict__ s, T* __restrict__ p, Index n, Index p_stride) {
+  extern __shared__ unsigned char smem_raw[];
+  A* e = reinterpret_cast<A*>(smem_raw);
   const Index r = blockIdx.x, u = r / n, i = r % n;
   const A* sr = s + r * n;
   T* pr = p + u * p_stride + i * n;
   A m = -INFINITY;
-  for (Index c = threadIdx.x; c <= i; c += blockDim.x) m = sr[c] > m ? sr[c] : m;
-  m = kernels::block_max(m, A(-INFINITY));
+  for (Index c = threadIdx.x; c <= i; c += blockDim.x) {
+    e[c] = sr[c];
+    m = e[c] > m ? e[c] : m;
+  }
+  m = kernels::block_max(m, A(-INFINITY));  // its barriers also order the stores to e
   A sum = 0;
-  for (Index c = threadIdx.x; c <= i; c += blockDim.x) sum += exp(sr[c] - m);
+  for (Index c = threadIdx.x; c <= i; c += blockDim.x) {
+    e[c] = exp(e[c] - m);
+    sum += e[c];
+  }
   sum = block_sum(sum);
-  for (Index c = threadIdx.x; c < n; c += blockDim.x) pr[c] = from_compute<T>(c <= i ? exp(sr[c] - m) / sum : A(0));
+  for (Index c = threadIdx.x; c < n; c += blockDim.x) pr[c] = from_compute<T>(c <= i ? e[c] / sum : A(0));
 }
 
 /// dS = P ⊙ (dP − rowsum(dP ⊙ P)) for U stacked blocks; P row (u, i) at p + u·p_stride + i·n,
-/// dP and dS stacked contiguously like the scores.
+/// dP and dS stacked contiguously like the scores. P is causal (zero past the diagonal, so dS is
+/// too): only columns 0…i are read, once, the products kept in shared memory (n·sizeof(A) bytes).
 template <class T, class A>
 __global__ void softmax_grad_blocks(const T* __restrict__ p, const A* __restrict__ dp, T* __restrict__ ds, Index n,
                                     Index p_stride) {
+  extern __shared__ unsigned char smem_raw[];
+  A* pv = reinterpret_cast<A*>(smem_raw);
   const Index r = blockIdx.x, u = r / n, i = r % n;
   const T* pr = p + u * p_stride + i * n;
   const A* dpr = dp + r * n;
   A dot = 0;
-  for (Index c = threadIdx.x; c < n; c += blockDim.x) dot += dpr[c] * ld(pr, c);
+  for (Index c = threadIdx.x; c <= i; c += blockDim.x) {
+    const A pc = ld(pr, c), g = dpr[c];
+    pv[c] = pc;
+    dot += g * pc;
+  }
   dot = block_sum(dot);
-  for (Index c = threadIdx.x; c < n; c += blockDim.x) ds[r * n + c] = from_compute<T>(ld(pr, c) * (dpr[c] - dot));
+  for (Index c = threadIdx.x; c < n; c += blockDim.x)
+    ds[r * n + c] = from_compute<T>(c <= i ? pv[c] * (dpr[c] - dot) : A(0));
 }
 
 template <class T, class A>
@@ -452,8 +471,9 @@ struct Kernels<cuda::CudaBackend> {
         cuda::nn_kernels::gemm_batched<T, A>(scale, Batched<T>{{q, n, d, ld, false}, uw},
                                              Batched<T>{{k, d, n, ld, true}, uw}, A(0), scores.data(), n, n * n,
                                              static_cast<int>(U));
-        cuda::nn_kernels::causal_softmax_blocks<<<static_cast<unsigned>(U * n), cuda::kernels::kThreads, 0,
-                                                  cuda::current_stream()>>>(scores.data(), p, n, Q * n * n);
+        cuda::nn_kernels::causal_softmax_blocks<<<static_cast<unsigned>(U * n), cuda::kernels::kThreads,
+                                                  row_smem<T, A>(n), cuda::current_stream()>>>(scores.data(), p, n,
+                                                                                             Q * n * n);
         cuda::detail::check_launch("causal_softmax_blocks");
         cuda::nn_kernels::gemm_batched<T, T>(A(1), Batched<T>{{p, n, n, n, false}, Q * n * n},
                                              Batched<T>{{v, n, d, ld, false}, uw}, A(0),
@@ -491,8 +511,9 @@ struct Kernels<cuda::CudaBackend> {
         using cuda::nn_kernels::gemm_batched;
         gemm_batched<T, A>(A(1), Pt, dOv, A(1), dv, ld, uw, count);                                   // dV += Pᵀ·dO
         gemm_batched<T, A>(A(1), dOv, Batched<T>{{v, d, n, ld, true}, uw}, A(0), dp.data(), n, n * n, count);  // dP = dO·Vᵀ
-        cuda::nn_kernels::softmax_grad_blocks<<<static_cast<unsigned>(U * n), cuda::kernels::kThreads, 0,
-                                                cuda::current_stream()>>>(p, dp.data(), ds.data(), n, Q * n * n);
+        cuda::nn_kernels::softmax_grad_blocks<<<static_cast<unsigned>(U * n), cuda::kernels::kThreads,
+                                                row_smem<T, A>(n), cuda::current_stream()>>>(p, dp.data(), ds.data(), n,
+                                                                                           Q * n * n);
         cuda::detail::check_launch("softmax_grad_blocks");
         gemm_batched<T, A>(scale, S, Batched<T>{{k, n, d, ld, false}, uw}, A(0), dq, ld, uw, count);   // dQ = dS·K/√d
         gemm_batched<T, A>(scale, St, Batched<T>{{q, n, d, ld, false}, uw}, A(1), dk, ld, uw, count);  // dK += dSᵀ·Q/√d
@@ -510,6 +531,25 @@ struct Kernels<cuda::CudaBackend> {
 
  private:
   static std::size_t sz(Index n) { return static_cast<std::size_t>(n); }
+  /// Dynamic shared memory of the softmax kernels: one row of n values of A. Above the default
+  /// 48 KiB (n > 12,288 in fp32) the kernels are opted in to the device's larger limit once.
+  template <class T, class A>
+  static std::size_t row_smem(Index n) {
+    const std::size_t bytes = sz(n) * sizeof(A);
+    if (bytes > 48 * 1024) {
+      int dev = 0, limit = 0;
+      SHARDALG_CUDA_CHECK(cudaGetDevice(&dev));
+      SHARDALG_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+      if (bytes > static_cast<std::size_t>(limit))
+        throw ShapeError(shardalg::detail::cat("causal attention on CUDA: a row of ", n, " scores needs ", bytes,
+                                               " bytes of shared memory; this device allows ", limit));
+      SHARDALG_CUDA_CHECK(cudaFuncSetAttribute(cuda::nn_kernels::causal_softmax_blocks<T, A>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+      SHARDALG_CUDA_CHECK(cudaFuncSetAttribute(cuda::nn_kernels::softmax_grad_blocks<T, A>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    }
+    return bytes;
+  }
   /// Launch a grid-stride kernel over n elements on the current stream, then check the launch.
   template <class L>
   static void launch_flat(std::size_t n, const char* what, L launch) {
