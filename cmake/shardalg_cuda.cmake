@@ -62,5 +62,27 @@ target_compile_options(shardalg_cuda INTERFACE
                        $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --extended-lambda>)
 list(APPEND SHARDALG_EXPORTED shardalg_cuda)
 set(SHARDALG_CUDA_FOUND ON)
+
+# shardalg::cudnn — optional: fused causal attention from cuDNN 9's attention graphs
+# (include/shardalg/backend/cuda/cudnn_attention.hpp), compiled once from src/cuda/ by the host
+# compiler with cuDNN's frontend (header-only, third_party/cudnn_frontend, MIT). Linking it defines
+# SHARDALG_WITH_CUDNN, which gives nn::Kernels<CudaBackend> its fused attention path. Built in the
+# tree only (not installed): the frontend's headers stay private to it.
+find_path(SHARDALG_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT
+          PATHS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include /usr/include PATH_SUFFIXES include)
+find_library(SHARDALG_CUDNN_LIBRARY cudnn HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT
+             PATHS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu PATH_SUFFIXES lib lib64)
+set(SHARDALG_CUDNN_FRONTEND ${PROJECT_SOURCE_DIR}/third_party/cudnn_frontend/include)
+if(SHARDALG_CUDNN_INCLUDE_DIR AND SHARDALG_CUDNN_LIBRARY AND EXISTS ${SHARDALG_CUDNN_FRONTEND}/cudnn_frontend.h)
+  add_library(shardalg_cudnn STATIC ${PROJECT_SOURCE_DIR}/src/cuda/cudnn_attention.cpp)
+  add_library(shardalg::cudnn ALIAS shardalg_cudnn)
+  target_include_directories(shardalg_cudnn SYSTEM PRIVATE ${SHARDALG_CUDNN_FRONTEND} ${SHARDALG_CUDNN_INCLUDE_DIR})
+  target_compile_definitions(shardalg_cudnn PRIVATE CUDNN_FRONTEND_SKIP_JSON_LIB PUBLIC SHARDALG_WITH_CUDNN)
+  target_link_libraries(shardalg_cudnn PUBLIC shardalg_cuda ${SHARDALG_CUDNN_LIBRARY})
+  message(STATUS "shardalg::cudnn: ${SHARDALG_CUDNN_LIBRARY} (fused attention)")
+else()
+  message(STATUS "shardalg::cudnn: cuDNN not found (cudnn.h: ${SHARDALG_CUDNN_INCLUDE_DIR}, libcudnn: "
+                 "${SHARDALG_CUDNN_LIBRARY}) — attention on CUDA stays unfused")
+endif()
 message(STATUS "shardalg::cuda: CUDA ${CMAKE_CUDA_COMPILER_VERSION} (${CMAKE_CUDA_COMPILER}), "
                "NCCL ${SHARDALG_NCCL_LIBRARY}, architectures ${CMAKE_CUDA_ARCHITECTURES}")

@@ -89,6 +89,19 @@ int main(int argc, char** argv) {
   const auto dy = nn::from_global<bf16, Replicated, CudaBackend>(
       T, h, g, [](Index i, Index j) { return nn::normal_at(7, 2, i, j); });
 
+  {  // which attention path the block takes (nn/layers/attention.hpp asks the same question)
+    const nn::AttnShape shape{batch, seq, heads, 1, h / heads};
+#if defined(SHARDALG_WITH_CUDNN)
+    std::string why;
+    const bool fused =
+        nn::Kernels<CudaBackend>::flash_supported(cuda::DeviceMatrix<bf16>(T, heads * shape.unit_width()), shape, &why);
+    if (fused) std::printf("attention: fused (cuDNN %zu)\n", cuda::cudnn::version());
+    else std::printf("attention: unfused (cuDNN refused: %s)\n", why.c_str());
+#else
+    (void)shape;
+    std::printf("attention: unfused (built without shardalg::cudnn)\n");
+#endif
+  }
   auto step = [&] {
     auto f = blk.forward(x);
     auto gr = blk.backward(f.cache, dy);

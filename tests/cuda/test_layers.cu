@@ -35,6 +35,7 @@
 //
 // Nothing here has been run on a GPU yet (see docs/cuda.md); without one the binary exits 77.
 #include <thread>
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -249,6 +250,58 @@ void fused_match_cpu() {
 TEST_CASE_TEMPLATE("cuda: nn::Fused<CudaBackend> equals nn::Fused<CpuBackend> (double reference)", T, float, double) {
   fused_match_cpu<T>();
 }
+
+#if defined(SHARDALG_WITH_CUDNN)
+// Fused attention (cuDNN) against the dense double reference (Kernels<CpuBackend> on the same
+// bf16 values), as the unfused path is checked above. Bounds: n·u + 2⁻¹⁶ with n the bf16 roundings
+// on the longest chain: forward P (fed to P·V in bf16) and O: 2; backward O (in D = rowsum(dO ⊙ O)),
+// P, dS (fed to the GEMMs in bf16) and dQKV: 4.
+TEST_CASE("cuda: fused causal attention (cuDNN) equals the dense attention, forward and backward") {
+  for (const Index d : {Index{64}, Index{128}})
+    for (const nn::AttnShape s : {nn::AttnShape{2, 128, 2, 1, d}, nn::AttnShape{1, 200, 3, 1, d}}) {
+      CAPTURE(d);
+      CAPTURE(s.seq);
+      const Index tokens = s.batch * s.seq, w = s.units * s.unit_width();
+      const MD qkv = input<bf16>(tokens, w, 21, -2, 2), dout = input<bf16>(tokens, s.out_width(), 22);
+      const auto q = dev<bf16>(qkv);
+      std::string why;
+      REQUIRE_MESSAGE(KG::flash_supported(q, s, &why), why);  // sm_90, MHA, d 64/128: cuDNN must take it
+      const auto f = KG::flash_attention(q, s);
+      const auto ref = KC::causal_attention(qkv, s);
+      const auto e_out = compare(back(f.out), ref.out);
+      CHECK_MESSAGE(e_out.within(bf16_tol(2)), "fused out: " << e_out);
+      // L = log Σ_{j ≤ i} exp(S_ij): the reference from the dense scores, in double.
+      const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+      MD lse_ref(s.batch * s.units * s.seq, 1);
+      for (Index b = 0; b < s.batch; ++b)
+        for (Index u = 0; u < s.units; ++u)
+          for (Index i = 0; i < s.seq; ++i) {
+            std::vector<double> sc;
+            for (Index j = 0; j <= i; ++j)
+              sc.push_back(scale * qkv.row(b * s.seq + i).segment(u * 3 * d, d).dot(qkv.row(b * s.seq + j).segment(u * 3 * d + d, d)));
+            const double mx = *std::max_element(sc.begin(), sc.end());
+            double z = 0;
+            for (const double v : sc) z += std::exp(v - mx);
+            lse_ref((b * s.units + u) * s.seq + i, 0) = mx + std::log(z);
+          }
+      const auto e_lse = compare(back(f.lse), lse_ref);
+      CHECK_MESSAGE(e_lse.within(1e-5 + bf16_tol(0)), "fused log-sum-exp: " << e_lse);  // fp32 from bf16 inputs
+      const auto g = KG::flash_attention_grad(q, f.out, f.lse, dev<bf16>(dout), s);
+      const auto e_g = compare(back(g), KC::causal_attention_grad(qkv, ref.probs, dout, s));
+      CHECK_MESSAGE(e_g.within(bf16_tol(4)), "fused dQKV: " << e_g);
+    }
+}
+
+TEST_CASE("cuda: the fused attention path says which problems it refuses, and why") {
+  std::string why;
+  const nn::AttnShape gqa{1, 64, 2, 2, 64};
+  CHECK_FALSE(KG::flash_supported(cuda::DeviceMatrix<bf16>(64, 2 * gqa.unit_width()), gqa, &why));
+  CHECK_EQ(why, "fused attention takes one query head per K/V head, got 2");
+  const nn::AttnShape mha{1, 64, 2, 1, 64};
+  CHECK_FALSE(KG::flash_supported(cuda::DeviceMatrix<float>(64, 2 * mha.unit_width()), mha, &why));
+  CHECK_EQ(why, "fused attention needs bf16 or fp16 storage");
+}
+#endif
 
 TEST_CASE("cuda: the memory pool reuses freed blocks and reports bytes in use and the peak") {
   cuda::current().synchronize();

@@ -19,8 +19,10 @@
 //                                         --expt-relaxed-constexpr), so the mask is the CPU's bit
 //                                         for bit
 //   causal_attention(_grad)               cuBLAS strided-batched GEMMs + a causal softmax kernel
-//                                         (not flash: the probabilities are materialised, as the
-//                                         layer's cache needs them)
+//                                         (the probabilities materialised: the reference path)
+//   flash_attention(_grad)                with shardalg::cudnn linked (SHARDALG_WITH_CUDNN): cuDNN's
+//                                         fused attention, no [s, s] block (cudnn_attention.hpp);
+//                                         the layer takes it when flash_supported says so
 //
 // Attention on a local fused-QKV block [tokens, U·(Q + 2)·d] (U units of Q query heads, one K,
 // one V head, each d wide; rows batch-major). For a fixed sequence b and query slot j, the U
@@ -54,6 +56,13 @@
 #include <vector>
 
 #include "shardalg/backend/cuda/backend.hpp"
+#if defined(SHARDALG_WITH_CUDNN)
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "shardalg/backend/cuda/cudnn_attention.hpp"
+#endif
 #include "shardalg/backend/cuda/device_kernels.cuh"
 #include "shardalg/backend/kernels.hpp"
 #include "shardalg/backend/random.hpp"
@@ -529,7 +538,79 @@ struct Kernels<cuda::CudaBackend> {
     }
   }
 
+#if defined(SHARDALG_WITH_CUDNN)
+  // ---- fused causal attention (cuDNN; cudnn_attention.hpp) ------------------------------------
+  // On a local fused-QKV block of MHA units (one query head per K/V head: unit u = [Q_u | K_u | V_u],
+  // each d wide): Q, K, V are read in place as [batch, U, seq, d] views (strides n·ld, 3d, ld) and
+  // dQ, dK, dV written in place into a block of the same shape; O is [tokens, U·d].
+
+  template <class T>
+  struct FlashOut {
+    M<T> out;      // [tokens, U·d], as causal_attention's
+    M<float> lse;  // [batch·U·seq, 1]: log Σ_j exp(S_ij), what the backward needs instead of P
+  };
+  /// Whether the fused path takes this problem: 16-bit storage, MHA units (GQA's several query
+  /// heads per unit do not form one strided view), and cuDNN builds both graphs on this device
+  /// (head dims 64 and 128 on sm_90). Otherwise the layer takes causal_attention. *why: the reason.
+  /// The environment variable SHARDALG_CUDA_ATTENTION=unfused turns the fused path off (to compare).
+  template <class T>
+  static bool flash_supported(const M<T>& qkv, const AttnShape& s, std::string* why = nullptr) {
+    if constexpr (!cuda::HalfElement<T>) {
+      if (why) *why = "fused attention needs bf16 or fp16 storage";
+      return false;
+    } else {
+      if (s.q_per_unit != 1) {
+        if (why) *why = shardalg::detail::cat("fused attention takes one query head per K/V head, got ", s.q_per_unit);
+        return false;
+      }
+      if (qkv.size() == 0) return false;
+      static const bool off = [] {  // for comparisons: SHARDALG_CUDA_ATTENTION=unfused
+        const char* e = std::getenv("SHARDALG_CUDA_ATTENTION");
+        return e != nullptr && std::string_view(e) == "unfused";
+      }();
+      if (off) {
+        if (why) *why = "SHARDALG_CUDA_ATTENTION=unfused";
+        return false;
+      }
+      return cuda::cudnn::supported(problem<T>(qkv, s), why);
+    }
+  }
+  template <class T>
+  static FlashOut<T> flash_attention(const M<T>& qkv, const AttnShape& s) {
+    FlashOut<T> o{M<T>(s.batch * s.seq, s.out_width()), M<float>(s.batch * s.units * s.seq, 1)};
+    const Index d = s.head_dim;
+    cuda::cudnn::forward(problem<T>(qkv, s), qkv.data(), qkv.data() + d, qkv.data() + 2 * d, o.out.data(),
+                         o.lse.data(), cuda::current_stream());
+    return o;
+  }
+  template <class T>
+  static M<T> flash_attention_grad(const M<T>& qkv, const M<T>& out, const M<float>& lse, const M<T>& dout,
+                                   const AttnShape& s) {
+    M<T> dqkv(qkv.rows(), qkv.cols());  // every column written: [dQ_u | dK_u | dV_u] for each unit
+    const Index d = s.head_dim;
+    cuda::cudnn::backward(problem<T>(qkv, s), qkv.data(), qkv.data() + d, qkv.data() + 2 * d, out.data(), dout.data(),
+                          lse.data(), dqkv.data(), dqkv.data() + d, dqkv.data() + 2 * d, cuda::current_stream());
+    return dqkv;
+  }
+#endif
+
  private:
+#if defined(SHARDALG_WITH_CUDNN)
+  template <class T>
+  static cuda::cudnn::AttnProblem problem(const M<T>& qkv, const AttnShape& s) {
+    const Index n = s.seq, ld = qkv.cols(), uw = s.unit_width(), ow = s.out_width();
+    cuda::cudnn::AttnProblem p;
+    p.batch = s.batch;
+    p.heads = s.units;
+    p.seq = n;
+    p.head_dim = s.head_dim;
+    p.bf16 = std::is_same_v<T, cuda::bf16>;
+    p.qkv = {n * ld, uw, ld};
+    p.out = {n * ow, s.head_dim, ow};
+    p.dqkv = p.qkv;
+    return p;
+  }
+#endif
   static std::size_t sz(Index n) { return static_cast<std::size_t>(n); }
   /// Dynamic shared memory of the softmax kernels: one row of n values of A. Above the default
   /// 48 KiB (n > 12,288 in fp32) the kernels are opted in to the device's larger limit once.

@@ -118,6 +118,10 @@ class Attention {
     typename Proj::Cache proj;
     std::shared_ptr<const CpCache> cp = nullptr;  // set under context parallelism (probs empty)
     bool probs_dropped = false;  // selective recomputation: P is recomputed from QKV in the backward
+    // The backend's fused path (Kernels<B>::flash_attention: CUDA with cuDNN) keeps no P but the
+    // per-row log-sum-exp L (float); its backward reads O from proj's cache.
+    typename B::template matrix<float> lse{};
+    bool fused = false;
   };
   struct Forward {
     Input z;
@@ -235,6 +239,16 @@ class Attention {
     auto f1 = qkv_.forward(x);  // f; X[R] · Wqkv[C] → QKV[C]
     const auto shape = attn_shape(x.rows());
     const auto drop = dropout(x.group());
+    if constexpr (kernels_flash)
+      if (!drop.active() && Kernels<B>::flash_supported(f1.y.local(), shape)) {  // no [s, s] block at all
+        auto a = Kernels<B>::flash_attention(f1.y.local(), shape);
+        Sharded<T, ColSharded, B> o(std::move(a.out), x.rows(), cfg_.hidden, x.group());
+        auto f2 = proj_.forward_partial(o);  // O[C] · Wo[Row] → Partial
+        Cache c{std::move(f1.cache), std::move(f1.y), {}, std::move(f2.cache)};
+        c.lse = std::move(a.lse);
+        c.fused = true;
+        return {std::move(f2.z), std::move(c)};
+      }
     auto a = drop.active() ? attention_dropped(f1.y.local(), shape, drop)
                            : Kernels<B>::causal_attention(f1.y.local(), shape);
     Sharded<T, ColSharded, B> o(std::move(a.out), x.rows(), cfg_.hidden, x.group());
@@ -267,6 +281,10 @@ class Attention {
     if constexpr (std::is_same_v<B, CpuBackend>)
       if (c.cp) return attention_grad_cp(c, dout);
     const auto shape = attn_shape(dout.rows());
+    if constexpr (kernels_flash)
+      if (c.fused)  // dQKV from Q, K, V, O (proj's input), dO and L
+        return {Kernels<B>::flash_attention_grad(c.qkv.local(), c.proj.h.local(), c.lse, dout.local(), shape),
+                c.qkv.rows(), c.qkv.cols(), c.qkv.group()};
     const auto drop = dropout(dout.group());
     typename B::template matrix<T> recomputed;
     if (c.probs_dropped)  // selective recomputation: P again, from the cached QKV
@@ -327,6 +345,12 @@ class Attention {
                                                 const AttnDropout& d) {
     Kernels<B>::causal_attention(m, s, d);
     Kernels<B>::causal_attention_grad(m, m, m, s, d);
+  };
+  /// Whether the backend has a fused attention path (flash_attention / flash_attention_grad, taken
+  /// when flash_supported says so; the CUDA backend linked with shardalg::cudnn).
+  static constexpr bool kernels_flash = requires(const typename B::template matrix<T>& m, const AttnShape& s) {
+    Kernels<B>::flash_supported(m, s);
+    Kernels<B>::flash_attention(m, s);
   };
   static void refuse_dropout() {
     throw Error(detail::cat("Attention: attention dropout is not implemented for this backend's kernels (",
