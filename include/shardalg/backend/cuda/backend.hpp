@@ -284,7 +284,8 @@ struct CudaBackend {
     matrix<T> y(x.rows(), x.cols());
     const auto n = static_cast<std::size_t>(x.size());
     if (n == 0) return y;
-    kernels::add_row<<<kernels::blocks_for(n), kernels::kThreads, 0, current_stream()>>>(
+    kernels::add_row<<<kernels::grid_rows_cols(static_cast<std::size_t>(x.rows()), static_cast<std::size_t>(x.cols())),
+                       kernels::kThreads, 0, current_stream()>>>(
         x.data(), b.data(), y.data(), static_cast<std::size_t>(x.rows()), static_cast<std::size_t>(x.cols()));
     detail::check_launch("add_row");
     return y;

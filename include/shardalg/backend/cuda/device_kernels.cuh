@@ -35,6 +35,19 @@ inline unsigned blocks_for(std::size_t n) {
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);         \
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
 
+/// (i, j) over a rows × cols block (row-major element i·cols + j) with no 64-bit division per
+/// element: rows by blockIdx.y (stride gridDim.y), columns by the x dimension of the grid. Launch
+/// with grid_rows_cols(rows, cols) and kThreads threads (rows, cols > 0).
+#define SHARDALG_ROWS_COLS(i, j, rows, cols)                                                             \
+  for (std::size_t i = blockIdx.y; i < (rows); i += gridDim.y)                                           \
+    for (std::size_t j = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < (cols);    \
+         j += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+inline dim3 grid_rows_cols(std::size_t rows, std::size_t cols) {
+  const auto x = std::min<std::size_t>((cols + kThreads - 1) / kThreads, 64);
+  const auto y = std::min<std::size_t>(rows, 65535);
+  return {static_cast<unsigned>(std::max<std::size_t>(x, 1)), static_cast<unsigned>(std::max<std::size_t>(y, 1))};
+}
+
 // ---- reductions ------------------------------------------------------------------------------
 
 template <class A>
@@ -117,7 +130,7 @@ __global__ void zip(const T* __restrict__ x, const T* __restrict__ z, T* __restr
 template <class T>
 __global__ void add_row(const T* __restrict__ x, const T* __restrict__ b, T* __restrict__ y, std::size_t rows,
                         std::size_t cols) {
-  SHARDALG_GRID_STRIDE(i, rows * cols) y[i] = from_compute<T>(to_compute(x[i]) + to_compute(b[i % cols]));
+  SHARDALG_ROWS_COLS(i, j, rows, cols) y[i * cols + j] = from_compute<T>(to_compute(x[i * cols + j]) + to_compute(b[j]));
 }
 
 // Column sums, out[j] = Σ_i v(i, j), in two passes (no atomics, so the same bits every run):

@@ -33,8 +33,9 @@ namespace shardalg::cuda::fused_kernels {
 template <class T, class Act>
 __global__ void bias_act(T* __restrict__ y, const T* __restrict__ b, T* __restrict__ a, std::size_t rows,
                          std::size_t cols, Act act) {
-  SHARDALG_GRID_STRIDE(i, rows * cols) {
-    const T h = b ? from_compute<T>(to_compute(y[i]) + to_compute(b[i % cols])) : y[i];
+  SHARDALG_ROWS_COLS(r, j, rows, cols) {
+    const std::size_t i = r * cols + j;
+    const T h = b ? from_compute<T>(to_compute(y[i]) + to_compute(b[j])) : y[i];
     y[i] = h;
     a[i] = from_compute<T>(act(static_cast<acc_t<T>>(to_compute(h))));
   }
@@ -52,9 +53,9 @@ __global__ void dropout_add(const T* __restrict__ x, const T* __restrict__ z, T*
                             std::size_t cols, double p, acc_t<T> scale, std::uint64_t seed, std::uint64_t tensor,
                             Index r0, Index c0) {
   using A = acc_t<T>;
-  SHARDALG_GRID_STRIDE(idx, rows * cols) {
-    const auto i = static_cast<Index>(idx / cols), j = static_cast<Index>(idx % cols);
-    const bool keep = nn::uniform_at(seed, tensor, r0 + i, c0 + j) >= p;
+  SHARDALG_ROWS_COLS(i, j, rows, cols) {
+    const std::size_t idx = i * cols + j;
+    const bool keep = nn::uniform_at(seed, tensor, r0 + static_cast<Index>(i), c0 + static_cast<Index>(j)) >= p;
     y[idx] = from_compute<T>(static_cast<A>(to_compute(x[idx])) + (keep ? static_cast<A>(to_compute(z[idx])) * scale : A(0)));
   }
 }
@@ -126,7 +127,7 @@ struct Fused<cuda::CudaBackend> {
     const auto scale = static_cast<cuda::acc_t<T>>(1.0 / (1.0 - p));
     M<T> y(x.rows(), x.cols());
     if (y.size() == 0) return y;
-    cuda::fused_kernels::dropout_add<<<cuda::kernels::blocks_for(sz(y.size())), cuda::kernels::kThreads, 0,
+    cuda::fused_kernels::dropout_add<<<cuda::kernels::grid_rows_cols(sz(y.rows()), sz(y.cols())), cuda::kernels::kThreads, 0,
                                        cuda::current_stream()>>>(x.data(), z.data(), y.data(), sz(x.rows()),
                                                                  sz(x.cols()), p, scale, seed, tensor, r0, c0);
     cuda::detail::check_launch("fused dropout_add");
@@ -142,7 +143,7 @@ struct Fused<cuda::CudaBackend> {
                                              y.rows(), "x", y.cols()));
     M<T> a(y.rows(), y.cols());
     if (y.size() == 0) return a;
-    cuda::fused_kernels::bias_act<<<cuda::kernels::blocks_for(sz(y.size())), cuda::kernels::kThreads, 0,
+    cuda::fused_kernels::bias_act<<<cuda::kernels::grid_rows_cols(sz(y.rows()), sz(y.cols())), cuda::kernels::kThreads, 0,
                                     cuda::current_stream()>>>(y.data(), b ? b->data() : nullptr, a.data(),
                                                               sz(y.rows()), sz(y.cols()), act);
     cuda::detail::check_launch("fused bias_act");

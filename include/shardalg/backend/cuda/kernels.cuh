@@ -144,8 +144,8 @@ __global__ void norm_apply(const T* __restrict__ x, const T* __restrict__ mv, co
                            const T* __restrict__ beta, T* __restrict__ y, T* __restrict__ xhat, T* __restrict__ rstd_out,
                            std::size_t rows, std::size_t cols, T eps) {
   using A = acc_t<T>;
-  SHARDALG_GRID_STRIDE(idx, rows * cols) {
-    const std::size_t i = idx / cols, j = idx % cols;
+  SHARDALG_ROWS_COLS(i, j, rows, cols) {
+    const std::size_t idx = i * cols + j;
     const A rstd = A(1) / sqrt(ld(mv, 2 * i + 1) + static_cast<A>(to_compute(eps)));
     const A xh = (ld(x, idx) - ld(mv, 2 * i)) * rstd;
     A out = xh * ld(gamma, j);
@@ -182,8 +182,8 @@ __global__ void norm_grad_apply(const T* __restrict__ dy, const T* __restrict__ 
                                 const T* __restrict__ rstd, const T* __restrict__ sums, T* __restrict__ dx,
                                 std::size_t rows, std::size_t cols, Index n, bool center) {
   using A = acc_t<T>;
-  SHARDALG_GRID_STRIDE(idx, rows * cols) {
-    const std::size_t i = idx / cols, j = idx % cols;
+  SHARDALG_ROWS_COLS(i, j, rows, cols) {
+    const std::size_t idx = i * cols + j;
     const A mg = center ? ld(sums, 2 * i) / static_cast<A>(n) : A(0);
     const A mgx = ld(sums, 2 * i + 1) / static_cast<A>(n);
     dx[idx] = from_compute<T>((ld(dy, idx) * ld(gamma, j) - mg - ld(xhat, idx) * mgx) * ld(rstd, i));
@@ -223,9 +223,9 @@ __global__ void swiglu_grad(const T* __restrict__ h, const T* __restrict__ da, T
 template <class T>
 __global__ void dropout(const T* __restrict__ x, T* __restrict__ y, std::size_t rows, std::size_t cols, double p,
                         acc_t<T> scale, std::uint64_t seed, std::uint64_t tensor, Index r0, Index c0) {
-  SHARDALG_GRID_STRIDE(idx, rows * cols) {
-    const auto i = static_cast<Index>(idx / cols), j = static_cast<Index>(idx % cols);
-    const bool keep = nn::uniform_at(seed, tensor, r0 + i, c0 + j) >= p;
+  SHARDALG_ROWS_COLS(i, j, rows, cols) {
+    const std::size_t idx = i * cols + j;
+    const bool keep = nn::uniform_at(seed, tensor, r0 + static_cast<Index>(i), c0 + static_cast<Index>(j)) >= p;
     y[idx] = keep ? from_compute<T>(ld(x, idx) * scale) : from_compute<T>(acc_t<T>(0));
   }
 }
@@ -386,7 +386,7 @@ struct Kernels<cuda::CudaBackend> {
   template <class T>
   static NormOut<T> norm_apply(const M<T>& x, const M<T>& mv, const M<T>& gamma, const M<T>* beta, T eps) {
     NormOut<T> o{M<T>(x.rows(), x.cols()), M<T>(x.rows(), x.cols()), M<T>(x.rows(), 1)};
-    if (x.size() > 0) launch_flat(sz(x.size()), "norm_apply", [&](unsigned g, cudaStream_t s) {
+    if (x.size() > 0) launch_grid(x, "norm_apply", [&](dim3 g, cudaStream_t s) {
         cuda::nn_kernels::norm_apply<<<g, cuda::kernels::kThreads, 0, s>>>(
             x.data(), mv.data(), gamma.data(), beta ? beta->data() : nullptr, o.y.data(), o.xhat.data(), o.rstd.data(),
             sz(x.rows()), sz(x.cols()), eps);
@@ -408,7 +408,7 @@ struct Kernels<cuda::CudaBackend> {
   static M<T> norm_grad_apply(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd, const M<T>& sums,
                               Index n, bool center) {
     M<T> dx(dy.rows(), dy.cols());
-    if (dy.size() > 0) launch_flat(sz(dy.size()), "norm_grad_apply", [&](unsigned g, cudaStream_t s) {
+    if (dy.size() > 0) launch_grid(dy, "norm_grad_apply", [&](dim3 g, cudaStream_t s) {
         cuda::nn_kernels::norm_grad_apply<<<g, cuda::kernels::kThreads, 0, s>>>(
             dy.data(), xhat.data(), gamma.data(), rstd.data(), sums.data(), dx.data(), sz(dy.rows()), sz(dy.cols()), n,
             center);
@@ -445,7 +445,7 @@ struct Kernels<cuda::CudaBackend> {
   static M<T> dropout(const M<T>& x, double p, std::uint64_t seed, std::uint64_t tensor, Index r0, Index c0) {
     const auto scale = static_cast<cuda::acc_t<T>>(1.0 / (1.0 - p));  // the CPU's T(1/(1 − p)) for float/double
     M<T> y(x.rows(), x.cols());
-    if (x.size() > 0) launch_flat(sz(x.size()), "dropout", [&](unsigned g, cudaStream_t s) {
+    if (x.size() > 0) launch_grid(x, "dropout", [&](dim3 g, cudaStream_t s) {
         cuda::nn_kernels::dropout<<<g, cuda::kernels::kThreads, 0, s>>>(x.data(), y.data(), sz(x.rows()), sz(x.cols()),
                                                                        p, scale, seed, tensor, r0, c0);
       });
@@ -635,6 +635,12 @@ struct Kernels<cuda::CudaBackend> {
   template <class L>
   static void launch_flat(std::size_t n, const char* what, L launch) {
     launch(cuda::kernels::blocks_for(n), cuda::current_stream());
+    cuda::detail::check_launch(what);
+  }
+  /// Launch a kernel over a block's rows × columns (SHARDALG_ROWS_COLS) on the current stream.
+  template <class Mat, class L>
+  static void launch_grid(const Mat& m, const char* what, L launch) {
+    launch(cuda::kernels::grid_rows_cols(sz(m.rows()), sz(m.cols())), cuda::current_stream());
     cuda::detail::check_launch(what);
   }
   /// Launch a one-block-per-row kernel.
