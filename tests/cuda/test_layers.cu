@@ -35,6 +35,7 @@
 //
 // Nothing here has been run on a GPU yet (see docs/cuda.md); without one the binary exits 77.
 #include <thread>
+#include <array>
 #include <algorithm>
 #include <doctest/doctest.h>
 
@@ -302,6 +303,46 @@ TEST_CASE("cuda: the fused attention path says which problems it refuses, and wh
   CHECK_EQ(why, "fused attention needs bf16 or fp16 storage");
 }
 #endif
+
+// The linear layers' GEMMs with a cuBLASLt epilogue (Fused<CudaBackend>: gemm_bias, gemm_bias_act,
+// gemm_wgrad_bgrad) against the dense double reference on the same bf16 values. Bounds n·u + 2⁻¹⁶:
+// Y = X·W + b rounds once (1); A = GeLU(H) and H: 2 (H rounded, then A); dW and db once each (1).
+// cuBLASLt's GeLU is the tanh form, as nn::GeluTanh. Shapes: a multiple of 8 and a ragged one.
+TEST_CASE("cuda: GEMMs with a bias, bias + GeLU and bias-gradient epilogue equal the dense products") {
+  using FGl = nn::Fused<CudaBackend>;
+  for (const auto& shape : {std::array<Index, 3>{64, 96, 128}, std::array<Index, 3>{37, 50, 24}}) {
+    const Index m = shape[0], k = shape[1], n = shape[2];
+    CAPTURE(m);
+    CAPTURE(n);
+    const MD x = input<bf16>(m, k, 31), w = input<bf16>(k, n, 32, -0.3, 0.3), b = input<bf16>(1, n, 33),
+             dy = input<bf16>(m, n, 34);
+    const MD h = (x * w).rowwise() + b.row(0);
+    auto y = FGl::gemm_bias(dev<bf16>(x), dev<bf16>(w), dev<bf16>(b));
+    REQUIRE_MESSAGE(y.has_value(), "cuBLASLt took no BIAS epilogue");
+    const auto ey = compare(back(*y), h);
+    CHECK_MESSAGE(ey.within(bf16_tol(1)), "X·W + b: " << ey);
+    auto ha = FGl::gemm_bias_act(dev<bf16>(x), dev<bf16>(w), dev<bf16>(b), nn::Activation::gelu_tanh);
+    if (n % 8 == 0) {
+      REQUIRE_MESSAGE(ha.has_value(), "cuBLASLt took no GELU_AUX_BIAS epilogue");
+      const auto eh = compare(back(ha->h), h);
+      CHECK_MESSAGE(eh.within(bf16_tol(1)), "H: " << eh);
+      const auto ea = compare(back(ha->a), h.unaryExpr([](double v) { return nn::GeluTanh{}(v); }));
+      CHECK_MESSAGE(ea.within(bf16_tol(2)), "GeLU(H): " << ea);
+    } else {
+      CHECK_FALSE(ha.has_value());  // the pre-activation's leading dimension must be a multiple of 8
+    }
+    auto g = FGl::gemm_wgrad_bgrad(dev<bf16>(x), dev<bf16>(dy));
+    REQUIRE_MESSAGE(g.has_value(), "cuBLASLt took no BGRADA epilogue");
+    const auto ew = compare(back(g->dw), x.transpose() * dy);
+    CHECK_MESSAGE(ew.within(bf16_tol(1)), "Xᵀ·dY: " << ew);
+    const auto eb = compare(back(g->db), dy.colwise().sum());
+    CHECK_MESSAGE(eb.within(bf16_tol(1)), "Σ_rows dY: " << eb);
+  }
+  // fp32 storage is not taken (the layers then run the GEMM and the bias pass)
+  const MD x = input<float>(8, 8, 35);
+  CHECK_FALSE(FGl::gemm_bias(dev<float>(x), dev<float>(x), dev<float>(x.topRows(1))).has_value());
+  CHECK_FALSE(FGl::gemm_wgrad_bgrad(dev<float>(x), dev<float>(x)).has_value());
+}
 
 TEST_CASE("cuda: the memory pool reuses freed blocks and reports bytes in use and the peak") {
   cuda::current().synchronize();

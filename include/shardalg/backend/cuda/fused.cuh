@@ -11,6 +11,16 @@
 //   dropout_add(X, Z, p, …)     X + dropout(Z) in one kernel, the mask nn::uniform_at at the global
 //                               index (the CPU's bit for bit, as Kernels<CudaBackend>::dropout)
 //
+// And, beyond the generic contract, the passes folded into the GEMMs themselves (cuBLASLt
+// epilogues, lt_gemm.hpp), which the linear layers take when a backend's Fused offers them
+// (nn/layers/linear.hpp, FusedEpilogues) and fall back from when they return nothing:
+//
+//   gemm_bias(X, W, b)          Y = X·W + b                      (X[R] · W[C] + b[C] → Y[C])
+//   gemm_bias_act(X, W, b, act) H = X·W + b, A = GeLU(H)          (fc1; GeLU tanh)
+//   gemm_wgrad_bgrad(X, dY)     dW = Xᵀ·dY, db = Σ_rows dY       (the weight and bias gradients)
+//
+// SHARDALG_CUDA_EPILOGUES=off turns them off (to compare). 16-bit storage only.
+//
 // SwiGLU and the norms' forward keep the Kernels<CudaBackend> path (already one kernel each).
 // Arithmetic in acc_t<T> (float for the 16-bit types); each stored value rounded to T once.
 // Needs nvcc.
@@ -21,10 +31,14 @@
 #endif
 
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
 
 #include "shardalg/backend/activation.hpp"
 #include "shardalg/backend/cuda/backend.hpp"
 #include "shardalg/backend/cuda/kernels.cuh"
+#include "shardalg/backend/cuda/lt_gemm.hpp"
 #include "shardalg/backend/fused.hpp"
 
 namespace shardalg::cuda::fused_kernels {
@@ -134,7 +148,70 @@ struct Fused<cuda::CudaBackend> {
     return y;
   }
 
+  // ---- GEMMs with an epilogue (cuBLASLt): nullopt when not taken --------------------------------
+
+  /// Y = X·W + b, the bias added in the GEMM's epilogue.
+  template <class T>
+  static std::optional<M<T>> gemm_bias(const M<T>& x, const M<T>& w, const M<T>& b) {
+    if constexpr (!cuda::HalfElement<T>) {
+      return std::nullopt;
+    } else {
+      if (!epilogues_on() || b.rows() != 1 || b.cols() != w.cols() || x.cols() != w.rows()) return std::nullopt;
+      M<T> y(x.rows(), w.cols());
+      if (!cuda::lt::matmul(cuda::current(), cuda::lt::Epilogue::bias, B::view(x), B::view(w), y.data(), y.cols(),
+                            const_cast<T*>(b.data())))
+        return std::nullopt;
+      return y;
+    }
+  }
+  template <class T>
+  struct BiasAct {
+    M<T> h, a;  // H = X·W + b (kept for the backward), A = act(H)
+  };
+  /// H = X·W + b and A = GeLU(H) in one GEMM (GELU_AUX_BIAS: cuBLASLt's GeLU is the tanh form).
+  template <class T>
+  static std::optional<BiasAct<T>> gemm_bias_act(const M<T>& x, const M<T>& w, const M<T>& b, Activation act) {
+    if constexpr (!cuda::HalfElement<T>) {
+      return std::nullopt;
+    } else {
+      // the pre-activation's leading dimension must be a multiple of 8
+      if (!epilogues_on() || act != Activation::gelu_tanh || w.cols() % 8 != 0 || b.rows() != 1 ||
+          b.cols() != w.cols() || x.cols() != w.rows())
+        return std::nullopt;
+      BiasAct<T> o{M<T>(x.rows(), w.cols()), M<T>(x.rows(), w.cols())};
+      if (!cuda::lt::matmul(cuda::current(), cuda::lt::Epilogue::gelu_aux_bias, B::view(x), B::view(w), o.a.data(),
+                            o.a.cols(), const_cast<T*>(b.data()), o.h.data(), o.h.cols()))
+        return std::nullopt;
+      return o;
+    }
+  }
+  template <class T>
+  struct WeightGrads {
+    M<T> dw, db;  // dW = Xᵀ·dY, db = Σ_rows dY
+  };
+  /// dW = Xᵀ·dY with db = Σ_rows dY summed by the same GEMM (BGRADA).
+  template <class T>
+  static std::optional<WeightGrads<T>> gemm_wgrad_bgrad(const M<T>& x, const M<T>& dy) {
+    if constexpr (!cuda::HalfElement<T>) {
+      return std::nullopt;
+    } else {
+      if (!epilogues_on() || x.rows() != dy.rows()) return std::nullopt;
+      WeightGrads<T> g{M<T>(x.cols(), dy.cols()), M<T>(1, dy.cols())};
+      if (!cuda::lt::matmul(cuda::current(), cuda::lt::Epilogue::bgrad, B::view(x, true), B::view(dy), g.dw.data(),
+                            g.dw.cols(), g.db.data()))
+        return std::nullopt;
+      return g;
+    }
+  }
+
  private:
+  static bool epilogues_on() {
+    static const bool off = [] {
+      const char* e = std::getenv("SHARDALG_CUDA_EPILOGUES");
+      return e != nullptr && std::string_view(e) == "off";
+    }();
+    return !off;
+  }
   static std::size_t sz(Index n) { return static_cast<std::size_t>(n); }
   template <class T, class Act>
   static M<T> bias_act_with(M<T>& y, const M<T>* b, Act act) {

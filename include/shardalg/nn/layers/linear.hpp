@@ -24,6 +24,7 @@
 #include <string_view>
 #include <utility>
 
+#include "shardalg/backend/fused.hpp"
 #include "shardalg/collective/all_gather.hpp"
 #include "shardalg/collective/conjugates.hpp"
 #include "shardalg/collective/split.hpp"
@@ -35,6 +36,14 @@
 namespace shardalg::nn {
 
 namespace detail {
+/// Whether the backend folds a linear layer's bias into its GEMMs (nn::Fused<B>::gemm_bias and
+/// gemm_wgrad_bgrad, each returning nothing when it does not apply): the CUDA backend's cuBLASLt
+/// epilogues (backend/cuda/fused.cuh). Otherwise the layers run the GEMM, then the bias pass.
+template <class T, class B>
+concept FusedEpilogues = requires(const typename B::template matrix<T>& m) {
+  Fused<B>::gemm_bias(m, m, m);
+  Fused<B>::gemm_wgrad_bgrad(m, m);
+};
 using shardalg::detail::cat;
 
 inline void require_divisible(std::string_view layer, std::string_view what, Index n, int p) {
@@ -180,6 +189,13 @@ class ColumnParallelLinear : public detail::LinearParams<ColumnParallelLinear<T,
 
   /// X[R] → Y[C].
   Forward forward(const Input& x) const {
+    if constexpr (detail::FusedEpilogues<T, B>)
+      if (b_) {  // X[R] · W[C] + b[C] → Y[C], the bias in the GEMM (a local product: no communication)
+        detail::require_cols(name_, x.cols(), w_.rows());
+        Input xf = copy_to(x);  // f: identity forward
+        if (auto y = Fused<B>::gemm_bias(xf.local(), w_.local(), b_->local()))
+          return {Output(std::move(*y), x.rows(), w_.cols(), x.group()), Cache{std::move(xf)}};
+      }
     auto f = forward_unbiased(x);
     if (b_) f.y = add_bias(f.y, *b_);
     return f;
@@ -192,6 +208,22 @@ class ColumnParallelLinear : public detail::LinearParams<ColumnParallelLinear<T,
     Output y = matmul(xf, w_);
     return {std::move(y), Cache{std::move(xf)}};
   }
+  /// X[R] → H = X·W + b[C] (the forward's y, kept for the backward) and A = act(H)[C] in one GEMM,
+  /// when the backend folds bias and activation into its epilogue (nn::Fused<B>::gemm_bias_act: the
+  /// CUDA backend, GeLU tanh); nothing otherwise (the caller runs forward_unbiased + Fused::bias_act).
+  std::optional<std::pair<Forward, Output>> forward_bias_act(const Input& x, Activation act) const {
+    if constexpr (requires(const typename B::template matrix<T>& m) { Fused<B>::gemm_bias_act(m, m, m, act); })
+      if (b_) {
+        detail::require_cols(name_, x.cols(), w_.rows());
+        Input xf = copy_to(x);  // f: identity forward
+        if (auto o = Fused<B>::gemm_bias_act(xf.local(), w_.local(), b_->local(), act))
+          return std::pair<Forward, Output>{Forward{Output(std::move(o->h), x.rows(), w_.cols(), x.group()), Cache{std::move(xf)}},
+                                            Output(std::move(o->a), x.rows(), w_.cols(), x.group())};
+      }
+    (void)x;
+    (void)act;
+    return std::nullopt;
+  }
   /// X[R] → Y[R] (gather_output): all_gather after the local product.
   GatheredForward forward_gathered(const Input& x) const {
     auto f = forward(x);
@@ -202,6 +234,11 @@ class ColumnParallelLinear : public detail::LinearParams<ColumnParallelLinear<T,
   /// gradient col_sum(dY) when the caller computed it in its own pass (backend/cpu/fused.hpp).
   PartialGrads backward_partial(const Cache& c, const Output& dy, std::optional<Bias> db = std::nullopt) const {
     Sharded<T, Partial, B> dx = matmul(dy, transpose(w_));  // dY[C] · Wᵀ[Row] → Partial
+    if constexpr (detail::FusedEpilogues<T, B>)
+      if (b_ && !db)  // Xᵀ[R] · dY[C] → C and col_sum(dY) → C in one GEMM
+        if (auto g = Fused<B>::gemm_wgrad_bgrad(c.x.local(), dy.local()))
+          return {std::move(dx),
+                  {Weight(std::move(g->dw), w_.rows(), w_.cols(), dy.group()), Bias(std::move(g->db), 1, w_.cols(), dy.group())}};
     Weight dw = matmul(transpose(c.x), dy);                  // Xᵀ[R] · dY[C] → C
     if (b_ && !db) db = col_sum(dy);  // C → C
     if (!b_) db.reset();
@@ -347,6 +384,11 @@ class RowParallelLinear : public detail::LinearParams<RowParallelLinear<T, B>, S
   Grads backward(const Cache& c, const Output& dz) const {
     Output dzr = adjoint::reduce_from(dz);                  // g's adjoint: identity
     Input dh = matmul(dzr, transpose(w_));                   // dZ[R] · Wᵀ[C] → C
+    if constexpr (detail::FusedEpilogues<T, B>)
+      if (b_)  // Hᵀ[Row] · dZ[R] → Row and col_sum(dZ) → R in one GEMM
+        if (auto g = Fused<B>::gemm_wgrad_bgrad(c.h.local(), dzr.local()))
+          return {std::move(dh),
+                  {Weight(std::move(g->dw), w_.rows(), w_.cols(), dz.group()), Bias(std::move(g->db), 1, w_.cols(), dz.group())}};
     Weight dw = matmul(transpose(c.h), dzr);                 // Hᵀ[Row] · dZ[R] → Row
     std::optional<Bias> db;
     if (b_) db = col_sum(dzr);  // R → R: every rank holds the whole gradient

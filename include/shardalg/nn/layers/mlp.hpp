@@ -160,6 +160,10 @@ class Mlp {
   /// X[R] → Z[Partial]: everything but g and b2 (added by fc2().add_output_bias).
   PartialForward forward_partial(const Input& x) const {
     detail::require_cols("Mlp", x.cols(), cfg_.hidden);
+    if (auto fa = fc1_.forward_bias_act(x, cfg_.act)) {  // H and A = act(H) from one GEMM (CUDA: cuBLASLt)
+      auto f2 = fc2_.forward_partial(fa->second);          // A[C] · W2[Row] → Partial
+      return {std::move(f2.z), Cache{std::move(fa->first.cache), std::move(fa->first.y), std::move(f2.cache)}};
+    }
     auto f1 = fc1_.forward_unbiased(x);  // f inside: X[R] · W1[C] → Y[C]
     Sharded<T, ColSharded, B> a = bias_activate(f1.y);  // H = Y + b1 (in place), A = act(H): one pass
     auto f2 = fc2_.forward_partial(a);  // A[C] · W2[Row] → Partial
@@ -203,7 +207,8 @@ class Mlp {
   std::pair<Col, std::optional<typename Fc1::Bias>> activate_grad(const Col& h, Col da) const {
     const Group& g = shardalg::detail::result_group(h.group(), da.group(), "act_grad");  // as hadamard's
     auto e = explain_op(g, "act_grad", dtype_of<T>, {note(da), " ⊙ act'(", note(h), ") → ", note(h)});
-    const bool bias = fc1_.bias().has_value();
+    // With the backend's GEMM epilogues fc1's weight-gradient GEMM sums db1 itself (BGRADA).
+    const bool bias = fc1_.bias().has_value() && !detail::FusedEpilogues<T, B>;
     typename B::template matrix<T> db;
     auto dh = Fused<B>::act_grad(h.local(), std::move(da).local(), cfg_.act, bias ? &db : nullptr);
     Col dhs(std::move(dh), h.rows(), h.cols(), g);
