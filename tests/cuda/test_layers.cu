@@ -306,8 +306,11 @@ TEST_CASE("cuda: the fused attention path says which problems it refuses, and wh
 
 // The linear layers' GEMMs with a cuBLASLt epilogue (Fused<CudaBackend>: gemm_bias, gemm_bias_act,
 // gemm_wgrad_bgrad) against the dense double reference on the same bf16 values. Bounds n·u + 2⁻¹⁶:
-// Y = X·W + b rounds once (1); A = GeLU(H) and H: 2 (H rounded, then A); dW and db once each (1).
-// cuBLASLt's GeLU is the tanh form, as nn::GeluTanh. Shapes: a multiple of 8 and a ragged one.
+// Y = X·W + b rounds once (1); dW and db once each (1); A = GeLU(H): 2. The pre-activation H that
+// GELU_AUX_BIAS stores rounds twice (2): on an H200 its error reached 0.00437 of max|H| (m 37,
+// n 24), above u = 2⁻⁸ = 0.00391, which one rounding cannot give — cuBLASLt rounds the product to
+// bf16 before it adds the bias for the aux output. cuBLASLt's GeLU is the tanh form, as
+// nn::GeluTanh. Shapes: a multiple of 8 and a ragged one.
 TEST_CASE("cuda: GEMMs with a bias, bias + GeLU and bias-gradient epilogue equal the dense products") {
   using FGl = nn::Fused<CudaBackend>;
   for (const auto& shape : {std::array<Index, 3>{64, 96, 128}, std::array<Index, 3>{37, 50, 24}}) {
@@ -325,7 +328,7 @@ TEST_CASE("cuda: GEMMs with a bias, bias + GeLU and bias-gradient epilogue equal
     if (n % 8 == 0) {
       REQUIRE_MESSAGE(ha.has_value(), "cuBLASLt took no GELU_AUX_BIAS epilogue");
       const auto eh = compare(back(ha->h), h);
-      CHECK_MESSAGE(eh.within(bf16_tol(1)), "H: " << eh);
+      CHECK_MESSAGE(eh.within(bf16_tol(2)), "H: " << eh);
       const auto ea = compare(back(ha->a), h.unaryExpr([](double v) { return nn::GeluTanh{}(v); }));
       CHECK_MESSAGE(ea.within(bf16_tol(2)), "GeLU(H): " << ea);
     } else {
