@@ -308,8 +308,8 @@ TEST_CASE("cuda: the fused attention path says which problems it refuses, and wh
 // gemm_wgrad_bgrad) against the dense double reference on the same bf16 values. Bounds n·u + 2⁻¹⁶:
 // Y = X·W + b rounds once (1); dW and db once each (1); A = GeLU(H): 2. The pre-activation H that
 // GELU_AUX_BIAS stores rounds twice (2): on an H200 its error reached 0.00437 of max|H| (m 37,
-// n 24), above u = 2⁻⁸ = 0.00391, which one rounding cannot give — cuBLASLt rounds the product to
-// bf16 before it adds the bias for the aux output. cuBLASLt's GeLU is the tanh form, as
+// n 24), above u = 2⁻⁸ = 0.00391, which one rounding cannot give: consistent with the aux output
+// rounding the product to bf16 before the bias is added. cuBLASLt's GeLU is the tanh form, as
 // nn::GeluTanh. Shapes: a multiple of 8 and a ragged one.
 TEST_CASE("cuda: GEMMs with a bias, bias + GeLU and bias-gradient epilogue equal the dense products") {
   using FGl = nn::Fused<CudaBackend>;
