@@ -2,14 +2,17 @@
 // block the outer axes leave (MeshSharded::nested_block). Checked against blocks dealt out
 // independently here (n items dealt one at a time to the ranks of an axis, the first n mod P
 // getting one more), on 2 × 3 and 3 × 2 meshes: the local blocks, to_dense, the collectives on
-// one axis (value, ledger element counts), and the product X[dp:Row, tp:R] · W[dp:R, tp:C].
+// one axis (value, ledger element counts), and the product X[dp:Row, tp:R] · W[dp:R, tp:C]; a ZeRO-3
+// parameter W[tp:L, dp:Row] (nn::FullyShardedParam): its rows, unshard and the gradient's reduce-scatter.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include <shardalg/nn/models/zero3.hpp>
 #include <shardalg/shardalg.hpp>
 
 #include "testing.hpp"
@@ -79,7 +82,57 @@ void run(int d, int t, Index rows, Index cols, Fails& fails) {
   });
 }
 
+/// nn::FullyShardedParam<V, L> of a rows × cols weight: rank (d, t) keeps the rows dealt to d of
+/// tp rank t's block; unshard gives the block back with one all_gather on dp; reduce_scatter_grad
+/// of each replica's summand gives rank d's rows of the block of the sum.
+template <class L>
+void run_fully_sharded(int d, int t, Index rows, Index cols, Fails& fails) {
+  const Mat W = testing::random_int<V>(rows, cols, 43);
+  std::vector<Mat> G;  // replica k's gradient summand
+  for (int k = 0; k < d; ++k) G.push_back(testing::random_int<V>(rows, cols, 50 + static_cast<unsigned>(k)));
+  const std::string where = std::string(" [tp:") + std::string(L::name) + ", dp:Row] on dp " + std::to_string(d) +
+                            " × tp " + std::to_string(t) + ", " + std::to_string(rows) + "x" + std::to_string(cols);
+  run_ranks(d * t, [&](ThreadComm& comm) {
+    Ledger ledger;
+    Mesh mesh(ledgered(Group(comm), ledger), {{"dp", d}, {"tp", t}});
+    const int dr = mesh.coord("dp"), tr = mesh.coord("tp");
+    // The tp block, dealt here: columns for C, rows for Row.
+    const bool by_rows = std::is_same_v<L, RowSharded>;
+    const auto [bo, bn] = dealt(by_rows ? rows : cols, t, tr);
+    const Mat block = by_rows ? Mat(W.middleRows(bo, bn)) : Mat(W.middleCols(bo, bn));
+    const auto [ro, rn] = dealt(block.rows(), d, dr);
+    const auto w = view<tp>(shard<Axes<On<dp, Replicated>, On<tp, L>>>(W, mesh));  // W[tp:L] on every replica
+    ledger.clear();
+    const auto p = nn::FullyShardedParam<V, L>::shard(w, mesh.group("dp"));
+    if (!ledger.entries().empty()) fails.add("shard moves nothing" + where);
+    if (p.sharded().local() != block.middleRows(ro, rn)) fails.add("rank's rows of its tp block" + where);
+    if (p.bytes() != static_cast<std::size_t>(rn * block.cols()) * sizeof(V)) fails.add("bytes held" + where);
+    const Sharded<V, L> u = nn::unshard(p);
+    if (u.local() != block || u.rows() != rows || u.cols() != cols) fails.add("unshard gives the tp block" + where);
+    if (ledger.entries().size() != 1 || ledger.entries()[0].axis != "dp" ||
+        ledger.entries()[0].elements != static_cast<std::size_t>(block.size()))
+      fails.add("unshard is one all_gather on dp of the tp block" + where);
+    const Mat mine = by_rows ? Mat(G[static_cast<std::size_t>(dr)].middleRows(bo, bn))
+                             : Mat(G[static_cast<std::size_t>(dr)].middleCols(bo, bn));
+    Mat sum = Mat::Zero(block.rows(), block.cols());
+    for (const auto& g : G) sum += by_rows ? Mat(g.middleRows(bo, bn)) : Mat(g.middleCols(bo, bn));
+    const auto dg = nn::reduce_scatter_grad(p, Sharded<V, L>(mine, rows, cols, w.group()));
+    if (dg.local() != sum.middleRows(ro, rn)) fails.add("reduce_scatter_grad: my rows of the sum" + where);
+  });
+}
+
 }  // namespace
+
+TEST_CASE("a ZeRO-3 parameter W[tp:L, dp:Row]: its rows, unshard, and its gradient reduce-scattered back") {
+  Fails fails;
+  for (const auto& [d, t] : std::vector<std::pair<int, int>>{{2, 3}, {3, 2}, {2, 2}})
+    for (const auto& [r, c] : std::vector<std::pair<Index, Index>>{{7, 5}, {13, 11}}) {
+      run_fully_sharded<ColSharded>(d, t, r, c, fails);
+      run_fully_sharded<RowSharded>(d, t, r, c, fails);
+    }
+  for (const auto& f : fails.all) FAIL_CHECK(f);
+  CHECK(fails.all.empty());
+}
 
 TEST_CASE("meshes on shapes that do not divide: nested balanced blocks, collectives per axis, the product") {
   Fails fails;

@@ -55,6 +55,7 @@ enum class Diag : int {
   axes_differ = 163,
   view_not_alone = 164,
   unknown_axis = 165,
+  zero3_param_sharded = 166,
   // the Invariant layout
   invariant_mix = 170,
 };
@@ -206,6 +207,12 @@ constexpr auto diagnose() {
   static_assert(id != 165,
                 "[shardalg.E165] the tensor does not live on this mesh axis (it is not in its Axes<On<...>> "
                 "list). Fix: name one of its axes, or stack<Axis, Layout>(group, x) to add it.");
+  static_assert(id != 166,
+                "[shardalg.E166] a fully sharded (ZeRO-3) parameter used while still sharded on dp: "
+                "W[tp:L, dp:Row] holds only this rank's rows of its tensor-parallel block, so a layer, a matmul "
+                "or view<tp> would compute with 1/D of the weight. Fix: unshard(w) just before the use "
+                "(all_gather<dp> to W[tp:L, dp:R], then view<tp>; adjoint: reduce_scatter<dp>, which "
+                "reduce_scatter_grad(w, dw) does for its gradient), and drop the gathered copy after the use.");
   // E170 names the side that is I when the operation has two operands (their layouts first in
   // Dependent...), and the other fix when that side's partner came from all_reduce (R).
   constexpr int side = invariant_side<Dependent...>();

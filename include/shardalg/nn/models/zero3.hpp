@@ -13,13 +13,19 @@
 // The optimizer (ShardedAdam::update_slice) updates W_b[dp:C] in place with G_b[dp:C]; nothing is
 // gathered after the step — the next forward gathers. Between steps a replica's parameters keep
 // their shapes and groups (rows, cols, tp group: what a checkpoint's remap needs) but no values:
-// their local blocks are 0 × 0, and using one then is an error of the caller (the model refuses
-// nothing at compile time yet).
+// their local blocks are 0 × 0, and using one then is an error of the caller that the bucketed
+// model finds only at run time.
+//
+// FullyShardedParam (below) is one ZeRO-3 parameter in the types, FSDP2's fully_shard of one
+// tensor: W[tp:L, dp:Row] between uses, unshard(w) → W[tp:L] just before one, and its gradient
+// reduce-scattered back. Used in place of W[tp:L] — a layer's weight, a matmul operand, view<tp> —
+// it is the compile error E166.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardalg/mesh/collectives.hpp"
@@ -119,4 +125,91 @@ class ParamShards {
   std::size_t peak_ = 0;
 };
 
+/// ZeRO-3's parameter between uses, in the types: W[tp:L, dp:Row]. The tensor-parallel block a
+/// layer takes, W[tp:L], with its rows split once more over the data group (balanced blocks,
+/// base/blocks.hpp); dp is the inner split, so gathering it is allowed (E161 refuses an outer one,
+/// PyTorch's wrong full_tensor under TP + FSDP). A rank holds 1/D of its tensor-parallel block.
+///
+///   W[tp:L]                 shard(w, data): free, every replica holds the same W, each keeps its rows
+///   W[tp:L, dp:Row]         between uses: this type; in place of a W[tp:L] it is E166
+///     all_gather<dp>      → W[tp:L, dp:R] → view<tp> → W[tp:L]     unshard(w), just before the use
+///   dW[tp:L, dp:Partial]    one replica's gradient, a summand of the batch's
+///     reduce_scatter<dp>  → dW[tp:L, dp:Row]                        reduce_scatter_grad(w, dw)
+///
+/// The bucketed ZeRO-3 of DataParallelGpt (ParamShards above) packs many parameters into one
+/// flat slice per bucket and does not use this type.
+template <Element T, Layout L, class B = CpuBackend>
+class FullyShardedParam {
+ public:
+  using Shard = MeshSharded<T, Axes<On<tp, L>, On<dp, RowSharded>>, B>;  // W[tp:L, dp:Row]
+  using Whole = Sharded<T, L, B>;                                         // W[tp:L]
+
+  FullyShardedParam() = default;
+  explicit FullyShardedParam(Shard s) : shard_(std::move(s)) {}
+
+  /// W[tp:L] → W[tp:L, dp:Row] on the data group `data`: each rank keeps its balanced block of the
+  /// rows of its tensor-parallel block (no communication).
+  static FullyShardedParam shard(const Whole& w, const Group& data) {
+    MeshSharded<T, Axes<On<tp, L>, On<dp, Replicated>>, B> whole(w.local(), w.rows(), w.cols(), {w.group(), data});
+    return FullyShardedParam(shardalg::split<dp, RowSharded>(whole));
+  }
+
+  [[nodiscard]] const Shard& sharded() const { return shard_; }
+  [[nodiscard]] Shard& sharded() { return shard_; }
+  [[nodiscard]] Index rows() const { return shard_.rows(); }
+  [[nodiscard]] Index cols() const { return shard_.cols(); }
+  /// The bytes this rank holds between uses.
+  [[nodiscard]] std::size_t bytes() const { return static_cast<std::size_t>(shard_.local().size()) * sizeof(T); }
+
+  /// Not a W[tp:L]: [shardalg.E166] where a layer's weight or any Sharded is expected.
+  template <Layout To>
+  operator Sharded<T, To, B>() const {  // NOLINT: implicit, so the mistake meets the diagnostic
+    require<Diag::zero3_param_sharded, false, To>();
+    return {};
+  }
+
+ private:
+  Shard shard_;
+};
+
+/// W[tp:L, dp:Row] → all_gather<dp> → W[tp:L, dp:R] → view<tp> → W[tp:L]: the whole tensor-parallel
+/// block, what a layer takes. One all_gather over the data group; drop the result after the use.
+template <Element T, Layout L, class B>
+Sharded<T, L, B> unshard(const FullyShardedParam<T, L, B>& w) {
+  return shardalg::view<tp>(shardalg::all_gather<dp>(w.sharded()));
+}
+
+/// The gradient of an unsharded use back to the parameter's layout: dW[tp:L] is this replica's
+/// summand of the batch's gradient, dW[tp:L, dp:Partial] → reduce_scatter<dp, Row> →
+/// dW[tp:L, dp:Row], this rank's rows of the sum (the adjoint of unshard's all_gather).
+template <Element T, Layout L, class B>
+typename FullyShardedParam<T, L, B>::Shard reduce_scatter_grad(const FullyShardedParam<T, L, B>& w,
+                                                              const Sharded<T, L, B>& dw) {
+  const Group& data = w.sharded().template group<dp>();
+  MeshSharded<T, Axes<On<tp, L>, On<dp, Partial>>, B> summand(dw.local(), dw.rows(), dw.cols(), {dw.group(), data});
+  return shardalg::reduce_scatter<dp, RowSharded>(summand);
+}
+
 }  // namespace shardalg::nn
+
+namespace shardalg {
+
+/// [shardalg.E166]: a FullyShardedParam is not a matmul operand or a tensor on tp until unshard.
+template <class X, class T, class L, class B>
+auto matmul(const X&, const nn::FullyShardedParam<T, L, B>&) {
+  return diagnose<Diag::zero3_param_sharded, X, L>();
+}
+template <class T, class L, class B, class Y>
+auto matmul(const nn::FullyShardedParam<T, L, B>&, const Y&) {
+  return diagnose<Diag::zero3_param_sharded, L, Y>();
+}
+template <class T, class L, class B, class T2, class L2, class B2>
+auto matmul(const nn::FullyShardedParam<T, L, B>&, const nn::FullyShardedParam<T2, L2, B2>&) {
+  return diagnose<Diag::zero3_param_sharded, L, L2>();
+}
+template <MeshAxis A, class T, class L, class B>
+auto view(const nn::FullyShardedParam<T, L, B>&) {
+  return diagnose<Diag::zero3_param_sharded, A, L>();
+}
+
+}  // namespace shardalg
