@@ -1,13 +1,13 @@
 // 24 — The calculator: memory and communication per rank of one training setting,
 // DP × TP × PP × ZeRO (0–3) × recomputation (none, selective, full) × SP, for GPT-3 175B or
-// Megatron-LM's 8.3B (cost/training_per_rank.hpp).
+// Megatron-LM's 8.3B or 1.2B (cost/training_per_rank.hpp).
 //
 // Part 1 prints the setting's figures, each beside its closed form written out here (not through
 // the cost header) and checked. Part 2 prints total memory per rank for every ZeRO stage and
 // recomputation, and checks the laws: each ZeRO stage holds no more than the one before, full ≤
 // selective ≤ none, SP ≤ no SP.
 //
-//   24_calculator [--model gpt3-175b|megatron-8.3b] [--dp 8] [--tp 8] [--pp 16] [--zero 1]
+//   24_calculator [--model gpt3-175b|megatron-8.3b|megatron-1.2b] [--dp 8] [--tp 8] [--pp 16] [--zero 1]
 //                 [--recompute none|selective|full] [--sp 1] [--micro-batch 1] [--micro-batches 16]
 #include <cmath>
 #include <cstdio>
@@ -22,6 +22,10 @@ namespace cost = shardalg::cost;
 
 namespace {
 
+/// Megatron-LM's 1.2B (arXiv:1909.08053, Table 1): h 1536, 40 layers, 16 heads, the 8.3B's
+/// vocabulary (51,200 padded) and sequence (1,024).
+constexpr cost::NamedModel megatron_1_2b{"megatron-1.2b", 1536, 40, 16, 51200, 1024};
+
 struct Args {
   cost::NamedModel model = cost::gpt3_175b;
   cost::TrainingSetting s{.dp = 8, .tp = 8, .pp = 16, .zero = 1, .recompute = cost::Recompute::selective,
@@ -30,7 +34,7 @@ struct Args {
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
-               "24_calculator: %s (--model gpt3-175b|megatron-8.3b --dp --tp --pp --zero 0-3 "
+               "24_calculator: %s (--model gpt3-175b|megatron-8.3b|megatron-1.2b --dp --tp --pp --zero 0-3 "
                "--recompute none|selective|full --sp 0|1 --micro-batch --micro-batches)\n",
                why);
   std::exit(2);
@@ -43,6 +47,7 @@ Args parse(int argc, char** argv) {
     if (f == "--model") {
       if (v == "gpt3-175b") a.model = cost::gpt3_175b;
       else if (v == "megatron-8.3b") a.model = cost::megatron_8_3b;
+      else if (v == "megatron-1.2b") a.model = megatron_1_2b;
       else usage(("unknown model " + v).c_str());
     } else if (f == "--recompute") {
       if (v == "none") a.s.recompute = cost::Recompute::none;
