@@ -31,9 +31,10 @@
 
 namespace shardalg::nn {
 
-/// The generic (unfused) composition: any backend with the core's operations and Kernels<B>.
+/// The generic (unfused) composition: any backend with the core's operations and Kernels<B>. A
+/// backend's specialisation of Fused may derive from it and replace only the passes it fuses.
 template <class B>
-struct Fused {
+struct FusedComposed {
   template <class T>
   using M = typename B::template matrix<T>;
 
@@ -90,5 +91,10 @@ struct Fused {
     return B::zip(x, Kernels<B>::dropout(z, p, seed, tensor, r0, c0), fn::plus{});
   }
 };
+
+/// A backend's fused passes: the generic composition unless the backend specialises it
+/// (backend/cpu/fused.hpp, backend/cuda/fused.cuh).
+template <class B>
+struct Fused : FusedComposed<B> {};
 
 }  // namespace shardalg::nn

@@ -29,6 +29,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "shardalg/backend/block_check.hpp"
 #include "shardalg/backend/cpu/backend.hpp"
 #include "shardalg/base/errors.hpp"
 #include "shardalg/backend/cuda/context.hpp"
@@ -106,9 +107,7 @@ struct CudaBackend {
 
   template <class T>
   static matrix<T> copy_block(const matrix<T>& m, Index r0, Index c0, Index r, Index c) {
-    if (r0 < 0 || c0 < 0 || r0 + r > m.rows() || c0 + c > m.cols())
-      throw ShapeError(shardalg::detail::cat("copy_block: block ", r, "x", c, " at (", r0, ", ", c0,
-                                             ") is outside a ", m.rows(), "x", m.cols(), " matrix"));
+    shardalg::detail::check_block_inside("copy_block", r0, c0, r, c, m.rows(), m.cols());
     matrix<T> out(r, c);
     detail::copy_2d(out.data(), c, m.data() + r0 * m.cols() + c0, m.cols(), c, r);
     return out;
@@ -117,9 +116,7 @@ struct CudaBackend {
   /// dst[r0:r0+src.rows, c0:c0+src.cols] := src (dst holds the rest).
   template <class T>
   static void paste_block(matrix<T>& dst, Index r0, Index c0, const matrix<T>& src) {
-    if (r0 < 0 || c0 < 0 || r0 + src.rows() > dst.rows() || c0 + src.cols() > dst.cols())
-      throw ShapeError(shardalg::detail::cat("paste_block: block ", src.rows(), "x", src.cols(), " at (", r0,
-                                             ", ", c0, ") is outside a ", dst.rows(), "x", dst.cols(), " matrix"));
+    shardalg::detail::check_block_inside("paste_block", r0, c0, src.rows(), src.cols(), dst.rows(), dst.cols());
     detail::copy_2d(dst.data() + r0 * dst.cols() + c0, dst.cols(), src.data(), src.cols(), src.cols(), src.rows());
   }
 

@@ -79,7 +79,7 @@ __global__ void dropout_add(const T* __restrict__ x, const T* __restrict__ z, T*
 namespace shardalg::nn {
 
 template <>
-struct Fused<cuda::CudaBackend> {
+struct Fused<cuda::CudaBackend> : FusedComposed<cuda::CudaBackend> {  // norm_forward: the composition's
   using B = cuda::CudaBackend;
   template <class T>
   using M = B::matrix<T>;
@@ -110,15 +110,7 @@ struct Fused<cuda::CudaBackend> {
     return dh;
   }
   template <class T>
-  using NormOut = typename Kernels<B>::template NormOut<T>;
-  template <class T>
-  static NormOut<T> norm_forward(const M<T>& x, const M<T>& gamma, const M<T>* beta, T eps, bool center) {
-    return Kernels<B>::norm_apply(x, Kernels<B>::row_mean_var(x, center), gamma, beta, eps);
-  }
-  template <class T>
-  struct NormGrads {
-    M<T> dx, dgamma, dbeta;  // dbeta empty when not asked for
-  };
+  using NormGrads = FusedComposed<B>::NormGrads<T>;
   template <class T>
   static NormGrads<T> norm_backward(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd,
                                     bool center, bool want_dbeta, const M<T>* residual = nullptr) {

@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "shardalg/backend/block_check.hpp"
 #include "shardalg/backend/cpu/backend.hpp"
 #include "shardalg/backend/emu/device_matrix.hpp"
 #include "shardalg/backend/emu/registry.hpp"
@@ -64,9 +65,7 @@ struct EmuBackend {
 
   template <class T>
   static matrix<T> copy_block(const matrix<T>& m, Index r0, Index c0, Index r, Index c) {
-    if (r0 < 0 || c0 < 0 || r < 0 || c < 0 || r0 + r > m.rows() || c0 + c > m.cols())
-      throw ShapeError(shardalg::detail::cat("EmuBackend::copy_block: block ", r, "x", c, " at (", r0, ", ", c0,
-                                             ") is outside a ", m.rows(), "x", m.cols(), " matrix"));
+    shardalg::detail::check_block_inside("EmuBackend::copy_block", r0, c0, r, c, m.rows(), m.cols());
     matrix<T> out = zeros<T>(r, c);
     if (out.size() == 0) return out;
     const Open src(m.data(), m.bytes(), "EmuBackend::copy_block"), dst(out.data(), out.bytes(), "EmuBackend::copy_block");
@@ -77,9 +76,8 @@ struct EmuBackend {
   /// dst[r0:r0+src.rows, c0:c0+src.cols] := src (dst holds the rest).
   template <class T>
   static void paste_block(matrix<T>& dst, Index r0, Index c0, const matrix<T>& src) {
-    if (r0 < 0 || c0 < 0 || r0 + src.rows() > dst.rows() || c0 + src.cols() > dst.cols())
-      throw ShapeError(shardalg::detail::cat("EmuBackend::paste_block: block ", src.rows(), "x", src.cols(), " at (",
-                                             r0, ", ", c0, ") is outside a ", dst.rows(), "x", dst.cols(), " matrix"));
+    shardalg::detail::check_block_inside("EmuBackend::paste_block", r0, c0, src.rows(), src.cols(), dst.rows(),
+                                         dst.cols());
     if (src.size() == 0) return;
     const Open s(src.data(), src.bytes(), "EmuBackend::paste_block"), d(dst.data(), dst.bytes(), "EmuBackend::paste_block");
     detail::copy_2d(dst.data() + r0 * dst.cols() + c0, dst.cols(), src.data(), src.cols(), src.rows(), src.cols());
