@@ -189,16 +189,15 @@ class ColumnParallelLinear : public detail::LinearParams<ColumnParallelLinear<T,
 
   /// X[R] → Y[C].
   Forward forward(const Input& x) const {
+    detail::require_cols(name_, x.cols(), w_.rows());
+    Input xf = copy_to(x);  // f: identity forward
     if constexpr (detail::FusedEpilogues<T, B>)
-      if (b_) {  // X[R] · W[C] + b[C] → Y[C], the bias in the GEMM (a local product: no communication)
-        detail::require_cols(name_, x.cols(), w_.rows());
-        Input xf = copy_to(x);  // f: identity forward
+      if (b_)  // X[R] · W[C] + b[C] → Y[C], the bias in the GEMM (a local product: no communication)
         if (auto y = Fused<B>::gemm_bias(xf.local(), w_.local(), b_->local()))
           return {Output(std::move(*y), x.rows(), w_.cols(), x.group()), Cache{std::move(xf)}};
-      }
-    auto f = forward_unbiased(x);
-    if (b_) f.y = add_bias(f.y, *b_);
-    return f;
+    Output y = matmul(xf, w_);
+    if (b_) y = add_bias(y, *b_);
+    return {std::move(y), Cache{std::move(xf)}};
   }
   /// X[R] → X·W[C], the bias not yet added: a caller that fuses the bias into the next pass
   /// (nn::Mlp: bias + activation, backend/cpu/fused.hpp) adds bias() itself.
@@ -210,19 +209,19 @@ class ColumnParallelLinear : public detail::LinearParams<ColumnParallelLinear<T,
   }
   /// X[R] → H = X·W + b[C] (the forward's y, kept for the backward) and A = act(H)[C] in one GEMM,
   /// when the backend folds bias and activation into its epilogue (nn::Fused<B>::gemm_bias_act: the
-  /// CUDA backend, GeLU tanh); nothing otherwise (the caller runs forward_unbiased + Fused::bias_act).
-  std::optional<std::pair<Forward, Output>> forward_bias_act(const Input& x, Activation act) const {
+  /// CUDA backend, GeLU tanh). Otherwise the forward of forward_unbiased and no A: the caller adds
+  /// the bias and activates (Fused::bias_act). X is copied (f) once either way.
+  std::pair<Forward, std::optional<Output>> forward_bias_act(const Input& x, Activation act) const {
+    detail::require_cols(name_, x.cols(), w_.rows());
+    Input xf = copy_to(x);  // f: identity forward
     if constexpr (requires(const typename B::template matrix<T>& m) { Fused<B>::gemm_bias_act(m, m, m, act); })
-      if (b_) {
-        detail::require_cols(name_, x.cols(), w_.rows());
-        Input xf = copy_to(x);  // f: identity forward
+      if (b_)
         if (auto o = Fused<B>::gemm_bias_act(xf.local(), w_.local(), b_->local(), act))
-          return std::pair<Forward, Output>{Forward{Output(std::move(o->h), x.rows(), w_.cols(), x.group()), Cache{std::move(xf)}},
-                                            Output(std::move(o->a), x.rows(), w_.cols(), x.group())};
-      }
-    (void)x;
+          return {Forward{Output(std::move(o->h), x.rows(), w_.cols(), x.group()), Cache{std::move(xf)}},
+                  Output(std::move(o->a), x.rows(), w_.cols(), x.group())};
     (void)act;
-    return std::nullopt;
+    Output y = matmul(xf, w_);
+    return {Forward{std::move(y), Cache{std::move(xf)}}, std::nullopt};
   }
   /// X[R] → Y[R] (gather_output): all_gather after the local product.
   GatheredForward forward_gathered(const Input& x) const {

@@ -160,12 +160,10 @@ class Mlp {
   /// X[R] → Z[Partial]: everything but g and b2 (added by fc2().add_output_bias).
   PartialForward forward_partial(const Input& x) const {
     detail::require_cols("Mlp", x.cols(), cfg_.hidden);
-    if (auto fa = fc1_.forward_bias_act(x, cfg_.act)) {  // H and A = act(H) from one GEMM (CUDA: cuBLASLt)
-      auto f2 = fc2_.forward_partial(fa->second);          // A[C] · W2[Row] → Partial
-      return {std::move(f2.z), Cache{std::move(fa->first.cache), std::move(fa->first.y), std::move(f2.cache)}};
-    }
-    auto f1 = fc1_.forward_unbiased(x);  // f inside: X[R] · W1[C] → Y[C]
-    Sharded<T, ColSharded, B> a = bias_activate(f1.y);  // H = Y + b1 (in place), A = act(H): one pass
+    // f inside: X[R] · W1[C] → Y[C]; with the backend's epilogue H = Y + b1 and A = act(H) come
+    // from the GEMM itself (CUDA: cuBLASLt), else one pass makes them (H in place of Y).
+    auto [f1, fused_a] = fc1_.forward_bias_act(x, cfg_.act);
+    Sharded<T, ColSharded, B> a = fused_a ? std::move(*fused_a) : bias_activate(f1.y);
     auto f2 = fc2_.forward_partial(a);  // A[C] · W2[Row] → Partial
     return {std::move(f2.z), Cache{std::move(f1.cache), std::move(f1.y), std::move(f2.cache)}};
   }
