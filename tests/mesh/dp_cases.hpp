@@ -24,8 +24,10 @@ enum class Opt { adam, sharded_adam };
 inline std::vector<double> train(const nn::GptConfig& c, const Mesh& mesh, int steps, Opt which,
                                  std::size_t bucket_elements = std::size_t{1} << 16, double clip = 1.0,
                                  nn::Masters* model_out = nullptr, nn::CpAlgo cp_algo = nn::CpAlgo::ring,
-                                 bool shard_gradients = false, bool shard_parameters = false) {
+                                 bool shard_gradients = false, bool shard_parameters = false,
+                                 bool unit_buckets = false) {
   nn::DataParallelGpt<double>::Options opts;
+  opts.unit_buckets = unit_buckets;  // ZeRO-3's plan: no bucket spans two units
   opts.bucket_elements = bucket_elements;
   opts.shard_gradients = shard_gradients;  // ZeRO-2: reduce-scattered during the backward
   opts.shard_parameters = shard_parameters;  // ZeRO-3: only the parameter slices held between steps

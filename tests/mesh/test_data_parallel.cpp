@@ -129,12 +129,32 @@ TEST_CASE("gradient buckets: packed greedily from the last parameter back, each 
     CHECK(p.slots[2].offset == 5);
     CHECK(p.slots[3].bucket == 0);
   }
-  // The laws over random sizes, caps (0: one per parameter) and padding.
+  // With units (ZeRO-3's plan), a bucket never spans two: sizes 3 5 2 7 in units 0 0 1 1 at 8 →
+  // from the back [7] [2] (the 2 does not fit beside the 7) [3 5] (unit 0's, 8 values).
+  {
+    std::vector<nn::BucketSlot> v;
+    const std::size_t unit[] = {0, 0, 1, 1};
+    std::size_t i = 0;
+    for (Index n : {3, 5, 2, 7}) v.push_back(slot(1, n)), v.back().unit = unit[i++];
+    const auto p = nn::BucketPlan::backward_order(v, 8, 2);
+    CHECK(p.elements == std::vector<Index>{7, 2, 8});
+    CHECK(p.units == std::vector<std::size_t>{1, 1, 0});
+    CHECK(p.slots[0].bucket == 2);
+    CHECK(p.slots[1].bucket == 2);
+    CHECK(p.slots[1].offset == 3);
+    CHECK(p.slots[2].bucket == 1);
+  }
+  // The laws over random sizes, caps (0: one per parameter), padding and units.
   std::mt19937 gen(7);
   for (int trial = 0; trial < 200; ++trial) {
     std::vector<nn::BucketSlot> v;
     const int n = 1 + static_cast<int>(gen() % 12);
-    for (int i = 0; i < n; ++i) v.push_back(slot(1 + Index(gen() % 3), 1 + Index(gen() % 40)));
+    std::size_t u = 0;  // nondecreasing along the visit, as the model's units are; all 0 in odd trials
+    for (int i = 0; i < n; ++i) {
+      v.push_back(slot(1 + Index(gen() % 3), 1 + Index(gen() % 40)));
+      if (trial % 2 == 0 && gen() % 3 == 0) ++u;
+      v.back().unit = u;
+    }
     const std::size_t cap = trial % 5 == 0 ? 0 : 1 + gen() % 100;
     const int pad = 1 + static_cast<int>(gen() % 4);
     CAPTURE(trial);
@@ -145,6 +165,7 @@ TEST_CASE("gradient buckets: packed greedily from the last parameter back, each 
       CHECK(p.slots[i].size() == v[i].size());  // visit order kept
       if (i + 1 < v.size()) CHECK((p.slots[i].bucket == p.slots[i + 1].bucket || p.slots[i].bucket == p.slots[i + 1].bucket + 1));
       CHECK(p.slots[i].offset == sum[p.slots[i].bucket]);  // consecutive, no gap, no overlap
+      CHECK(p.units[p.slots[i].bucket] == v[i].unit);        // no bucket spans two units
       sum[p.slots[i].bucket] += p.slots[i].size();
     }
     CHECK(p.slots.back().bucket == 0);  // the last parameter is in the first bucket
@@ -155,11 +176,11 @@ TEST_CASE("gradient buckets: packed greedily from the last parameter back, each 
       if (cap == 0) CHECK(std::count_if(p.slots.begin(), p.slots.end(), [&](const auto& s) { return s.bucket == b; }) == 1);
       else if (p.elements[b] > static_cast<Index>(cap))  // over the cap only as a lone parameter
         CHECK(std::count_if(p.slots.begin(), p.slots.end(), [&](const auto& s) { return s.bucket == b; }) == 1);
-      // greedy: the next parameter back did not fit this bucket
+      // greedy: the next parameter back did not fit this bucket, or is another unit's
       if (cap > 0 && b + 1 < p.buckets()) {
         const auto first = std::find_if(p.slots.begin(), p.slots.end(), [&](const auto& s) { return s.bucket == b; });
         REQUIRE(first != p.slots.begin());
-        CHECK(p.elements[b] + std::prev(first)->size() > static_cast<Index>(cap));
+        CHECK((p.elements[b] + std::prev(first)->size() > static_cast<Index>(cap) || std::prev(first)->unit != first->unit));
       }
     }
   }
@@ -250,7 +271,8 @@ TEST_CASE("data parallel ZeRO-3: parameter slices gathered in the forward train 
       run_ranks(s.d * s.t, [&](ThreadComm& comm) {
         Mesh mesh(comm, {{"dp", s.d}, {"tp", s.t}});
         nn::Masters a, b;
-        auto z1 = dp_cases::train(c, mesh, 8, Opt::sharded_adam, 4096, 1.0, &a);
+        // ZeRO-1 on ZeRO-3's plan (buckets by unit): the same buckets, so the same norm's bits
+        auto z1 = dp_cases::train(c, mesh, 8, Opt::sharded_adam, 4096, 1.0, &a, nn::CpAlgo::ring, false, false, true);
         auto z3 = dp_cases::train(c, mesh, 8, Opt::sharded_adam, 4096, 1.0, &b, nn::CpAlgo::ring, true, true);
         if (comm.rank() == 0) {
           std::lock_guard lk(mu);
@@ -271,20 +293,32 @@ TEST_CASE("data parallel ZeRO-3: parameter slices gathered in the forward train 
 }
 
 namespace {
-/// The greedy buckets of `sizes` (visit order) at `cap` values, packed from the last parameter back
-/// (nn/optim/grad_buckets.hpp's rule, restated here); bucket 0 holds the last parameters.
-std::vector<Index> greedy_buckets(const std::vector<Index>& sizes, Index cap) {
-  std::vector<Index> b;
+/// One bucket of the restated plan: its values and its unit.
+struct Bucket {
+  Index n = 0;
+  std::size_t unit = 0;
+};
+/// The greedy buckets of `sizes` (visit order, each with its unit) at `cap` values, packed from the
+/// last parameter back, a new bucket at each change of unit (nn/optim/grad_buckets.hpp's rule,
+/// restated here); bucket 0 holds the last parameters.
+std::vector<Bucket> unit_buckets(const std::vector<std::pair<Index, std::size_t>>& sizes, Index cap) {
+  std::vector<Bucket> b;
   for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
-    const Index n = *it;
-    if (b.empty() || b.back() + n > cap) b.push_back(0);
-    b.back() += n;
+    if (b.empty() || b.back().n + it->first > cap || b.back().unit != it->second) b.push_back({0, it->second});
+    b.back().n += it->first;
   }
   return b;
 }
+/// The unit of a parameter by its logical name (restated): 0 the embedding, k + 1 layers.k, L + 1
+/// the final norm.
+std::size_t unit_by_name(const std::string& name, Index layers) {
+  if (name.rfind("final_norm", 0) == 0) return static_cast<std::size_t>(layers) + 1;
+  if (name.rfind("layers.", 0) == 0) return std::stoul(name.substr(7)) + 1;
+  return 0;
+}
 }  // namespace
 
-TEST_CASE("data parallel ZeRO-3: per step the ledger's parameter all_gathers and gradient reduce_scatters, none after the step; the parameter bytes held are the slices") {
+TEST_CASE("data parallel ZeRO-3: each block gathered before its forward and again before its backward, the embedding and final norm once; per-unit bytes held; prefetch on and off the same bits") {
   struct Shape {
     int d, t;
     bool sp;
@@ -293,113 +327,170 @@ TEST_CASE("data parallel ZeRO-3: per step the ledger's parameter all_gathers and
     CAPTURE(s.d);
     CAPTURE(s.t);
     CAPTURE(s.sp);
-    const auto c = dp_cases::config(s.sp);
-    run_ranks(s.d * s.t, [&](ThreadComm& comm) {
-      // The analytic figures from a plain replica's parameters (not the ZeRO-3 model's plan): their
-      // local sizes, packed greedily into buckets of 4096, each padded to a multiple of dp.
-      Index psi = 0, padded = 0;
-      std::vector<Index> sizes;
-      {
-        Mesh plain_mesh(comm, {{"dp", s.d}, {"tp", s.t}});
-        auto plain = nn::DataParallelGpt<double>::init(c, plain_mesh, {4096});
-        plain.replica().visit_params([&](const nn::ParamInfo&, const nn::TensorMap&, auto& w) { sizes.push_back(w.local().size()); });
-      }
-      const auto buckets = greedy_buckets(sizes, 4096);
-      std::size_t biggest = 0;  // the largest padded bucket, in bytes
-      for (Index b : buckets) {
-        psi += b, padded += (b + s.d - 1) / s.d * s.d;
-        biggest = std::max(biggest, static_cast<std::size_t>((b + s.d - 1) / s.d * s.d) * sizeof(double));
-      }
-      const std::size_t slices = static_cast<std::size_t>(padded / s.d) * sizeof(double);
-      const std::size_t whole = static_cast<std::size_t>(psi) * sizeof(double);
-
-      Ledger led;
-      Mesh mesh(ledgered(Group(comm), led), {{"dp", s.d}, {"tp", s.t}});
-      nn::DataParallelGpt<double>::Options o;
-      o.bucket_elements = 4096;
-      o.shard_parameters = true;
-      auto model = nn::DataParallelGpt<double>::init(c, mesh, o);
-      nn::ShardedAdam<double> zero(gt::adam_options());
-      CHECK(model.parameter_bytes() == slices);  // from init on: only the slices
-      CHECK(model.parameter_slices().size() == buckets.size());
-      for (int step = 0; step < 3; ++step) {
-        CAPTURE(step);
-        const auto [x, y] = gt::batch_at(c, gt::kText, step);
-        const std::size_t e0 = led.select().size();
-        model.forward_backward(x, y);
-        CHECK(model.parameter_bytes() == slices);  // the backward released every gathered parameter
-        CHECK(model.parameter_peak_bytes() >= whole + slices);  // the forward held the whole replica …
-        CHECK(model.parameter_peak_bytes() <= whole + slices + biggest);  // … and one bucket in flight
-        const std::size_t e1 = led.select().size();
-        model.step(zero, 1.0);
-        CHECK(model.parameter_bytes() == slices);  // between steps: Σ padded/dp values per rank
-        const auto all = led.select();
-        std::map<std::string, std::size_t> fb, st;
-        std::map<std::string, Index> fb_el;
-        for (std::size_t i = e0; i < all.size(); ++i) {
-          const auto& e = all[i];
-          const std::string k = std::string(to_string(e.kind)) + "@" + e.axis;
-          if (i < e1) ++fb[k], fb_el[k] += static_cast<Index>(e.elements);
-          else ++st[k];
+    auto c = dp_cases::config(s.sp);
+    c.layers = 4;  // enough blocks that two of them are less than the replica
+    std::map<bool, std::vector<double>> curves;  // prefetch → rank 0's losses
+    std::mutex mu;
+    for (bool prefetch : {true, false}) {
+      CAPTURE(prefetch);
+      run_ranks(s.d * s.t, [&](ThreadComm& comm) {
+        // The analytic figures from a plain replica's parameters (not the ZeRO-3 model's plan):
+        // their local sizes and units, packed into buckets of 4096 by unit, padded to multiples of dp.
+        std::vector<std::pair<Index, std::size_t>> sizes;
+        {
+          Mesh plain_mesh(comm, {{"dp", s.d}, {"tp", s.t}});
+          auto plain = nn::DataParallelGpt<double>::init(c, plain_mesh, {4096});
+          plain.replica().visit_params([&](const nn::ParamInfo& i, const nn::TensorMap&, auto& w) {
+            sizes.emplace_back(w.local().size(), unit_by_name(i.name, c.layers));
+          });
         }
-        CHECK(fb["all_gather@dp"] == buckets.size());  // the parameters, one per bucket, in forward_backward
-        CHECK(fb_el["all_gather@dp"] == padded);
-        CHECK(fb["reduce_scatter@dp"] == buckets.size());  // the gradients, during the backward
-        CHECK(fb_el["reduce_scatter@dp"] == padded);
-        CHECK(fb["all_reduce@dp"] == 1);  // the loss
-        CHECK(st["all_gather@dp"] == 0);  // nothing gathered after the update: the next forward does
-        CHECK(st["reduce_scatter@dp"] == 0);
-        CHECK(st["all_reduce@dp"] == 1);  // the norm's two values
-      }
-      if (comm.rank() == 0 && s.d == 2 && !s.sp)
-        MESSAGE("ZeRO-3 at dp ", s.d, " × tp ", s.t, ", ", buckets.size(), " buckets: parameters ", whole, " B whole per replica; held ",
-                model.parameter_bytes(), " B between steps (e·Σ padded/dp = ", slices, " B), at most ", model.parameter_peak_bytes(),
-                " B during forward_backward");
-      // loss() and masters() gather too, and release again; Adam (not sharded) is refused.
-      const auto [x, y] = gt::batch_at(c, gt::kText, 3);
-      model.loss(x, y);
-      CHECK(model.parameter_bytes() == slices);
-      const auto m = model.masters();
-      CHECK(model.parameter_bytes() == slices);
-      CHECK(m.size() > 0);
-      model.forward_backward(x, y);
-      nn::Adam<double> adam;
-      CHECK_THROWS_WITH_AS(model.step(adam),
-                           "DataParallelGpt: with shard_parameters (ZeRO-3) the replica holds no whole parameters between "
-                           "steps; step with a ShardedAdam",
-                           ShapeError);
-    });
+        const auto buckets = unit_buckets(sizes, 4096);
+        const auto L = static_cast<std::size_t>(c.layers);
+        const auto pad = [&](Index n) { return (n + s.d - 1) / s.d * s.d; };
+        Index psi = 0, padded = 0, gathered = 0;  // gathered: values all_gathered per forward_backward
+        std::size_t gathers = 0, biggest = 0;
+        std::vector<std::size_t> unit_bytes(L + 2, 0);  // each unit's whole parameters
+        for (const auto& b : buckets) {
+          psi += b.n, padded += pad(b.n);
+          const bool block = b.unit >= 1 && b.unit <= L;
+          gathers += block ? 2 : 1;
+          gathered += (block ? 2 : 1) * pad(b.n);
+          biggest = std::max(biggest, static_cast<std::size_t>(pad(b.n)) * sizeof(double));
+          unit_bytes[b.unit] += static_cast<std::size_t>(b.n) * sizeof(double);
+        }
+        std::size_t two_blocks = 0, one_block = 0;  // the most bytes of two adjacent blocks, and of one
+        for (std::size_t u = 1; u <= L; ++u) {
+          one_block = std::max(one_block, unit_bytes[u]);
+          if (u < L) two_blocks = std::max(two_blocks, unit_bytes[u] + unit_bytes[u + 1]);
+        }
+        const std::size_t slices = static_cast<std::size_t>(padded / s.d) * sizeof(double);
+        const std::size_t whole = static_cast<std::size_t>(psi) * sizeof(double);
+        const std::size_t root = unit_bytes[0] + unit_bytes[L + 1];  // the embedding and the final norm
+
+        Ledger led;
+        Mesh mesh(ledgered(Group(comm), led), {{"dp", s.d}, {"tp", s.t}});
+        nn::DataParallelGpt<double>::Options o;
+        o.bucket_elements = 4096;
+        o.shard_parameters = true;
+        o.prefetch = prefetch;
+        auto model = nn::DataParallelGpt<double>::init(c, mesh, o);
+        nn::ShardedAdam<double> zero(gt::adam_options());
+        CHECK(model.parameter_bytes() == slices);  // from init on: only the slices
+        CHECK(model.parameter_slices().size() == buckets.size());
+        REQUIRE(model.plan().buckets() == buckets.size());
+        for (std::size_t b = 0; b < buckets.size(); ++b) CHECK(model.plan().units[b] == buckets[b].unit);
+        std::vector<double> losses;
+        for (int step = 0; step < 3; ++step) {
+          CAPTURE(step);
+          const auto [x, y] = gt::batch_at(c, gt::kText, step);
+          const std::size_t e0 = led.select().size();
+          losses.push_back(model.forward_backward(x, y));
+          CHECK(model.parameter_bytes() == slices);  // the backward released every gathered parameter
+          // The most held: the slices, the embedding, the final norm, the blocks in use (two
+          // adjacent with prefetch, one without) and one bucket in flight — not the replica.
+          const std::size_t in_use = prefetch ? two_blocks : one_block;
+          CHECK(model.parameter_peak_bytes() >= slices + unit_bytes[0] + in_use);
+          CHECK(model.parameter_peak_bytes() <= slices + root + in_use + biggest);
+          CHECK(model.parameter_peak_bytes() < slices + whole);
+          const std::size_t e1 = led.select().size();
+          model.step(zero, 1.0);
+          CHECK(model.parameter_bytes() == slices);  // between steps: Σ padded/dp values per rank
+          const auto all = led.select();
+          std::map<std::string, std::size_t> fb, st;
+          std::map<std::string, Index> fb_el;
+          for (std::size_t i = e0; i < all.size(); ++i) {
+            const auto& e = all[i];
+            const std::string k = std::string(to_string(e.kind)) + "@" + e.axis;
+            if (i < e1) ++fb[k], fb_el[k] += static_cast<Index>(e.elements);
+            else ++st[k];
+          }
+          CHECK(fb["all_gather@dp"] == gathers);  // blocks: forward and backward; the embedding and final norm: once
+          CHECK(fb_el["all_gather@dp"] == gathered);
+          CHECK(fb["reduce_scatter@dp"] == buckets.size());  // the gradients, during the backward
+          CHECK(fb_el["reduce_scatter@dp"] == padded);
+          CHECK(fb["all_reduce@dp"] == 1);  // the loss
+          CHECK(st["all_gather@dp"] == 0);  // nothing gathered after the update: the next forward does
+          CHECK(st["reduce_scatter@dp"] == 0);
+          CHECK(st["all_reduce@dp"] == 1);  // the norm's two values
+        }
+        if (comm.rank() == 0) {
+          std::lock_guard lk(mu);
+          curves[prefetch] = losses;
+          if (s.d == 2 && !s.sp)
+            MESSAGE("ZeRO-3 at dp ", s.d, " × tp ", s.t, ", ", c.layers, " blocks, prefetch ", prefetch, ", ", buckets.size(),
+                    " buckets: parameters ", whole, " B whole per replica; held ", model.parameter_bytes(),
+                    " B between steps (e·Σ padded/dp = ", slices, " B), at most ", model.parameter_peak_bytes(),
+                    " B during forward_backward (embedding + final norm ", root, " B, blocks in use ", (prefetch ? two_blocks : one_block), " B)");
+        }
+        // loss() gathers block by block too, and releases; masters() gathers all and releases;
+        // Adam (not sharded) is refused.
+        const auto [x, y] = gt::batch_at(c, gt::kText, 3);
+        const std::size_t e2 = led.select().size();
+        model.loss(x, y);
+        std::size_t loss_gathers = 0;
+        const auto after = led.select();
+        for (std::size_t i = e2; i < after.size(); ++i)
+          loss_gathers += after[i].kind == CollectiveKind::all_gather && after[i].axis == "dp";
+        CHECK(loss_gathers == buckets.size());  // a forward only: every unit once
+        CHECK(model.parameter_bytes() == slices);
+        const auto m = model.masters();
+        CHECK(model.parameter_bytes() == slices);
+        CHECK(m.size() > 0);
+        model.forward_backward(x, y);
+        nn::Adam<double> adam;
+        CHECK_THROWS_WITH_AS(model.step(adam),
+                             "DataParallelGpt: with shard_parameters (ZeRO-3) the replica holds no whole parameters between "
+                             "steps; step with a ShardedAdam",
+                             ShapeError);
+      });
+    }
+    CHECK(curves[true] == curves[false]);  // the prefetch changes when, not what
+    CHECK(curves[true].size() == 3);
   }
 }
 
-TEST_CASE("data parallel ZeRO-3: a checkpoint written with parameter slices loads at another mesh and training continues the same") {
+TEST_CASE("data parallel ZeRO-3: a checkpoint written with parameter slices loads at ZeRO-3, ZeRO-1 and ZeRO-0 on other meshes and training continues the same") {
   const auto c = dp_cases::config(false);
   const auto ref = dp_cases::reference(c, 8);
   nn::Masters weights, moments;
   nn::DataParallelGpt<double>::Options o;
   o.shard_parameters = true;
-  sharded_steps_then_state(c, o, weights, moments);
-  std::vector<double> got;
-  run_ranks(4, [&](ThreadComm& comm) {
-    Mesh mesh(comm, {{"dp", 4}, {"tp", 1}});
-    nn::DataParallelGpt<double>::Options o;
-    o.shard_parameters = true;
-    auto model = nn::DataParallelGpt<double>::init(c, mesh, o);
-    model.load(weights);
-    model.replica().set_steps(4);
-    nn::ShardedAdam<double> zero(gt::adam_options());
-    model.load_optimizer(zero, moments);
-    zero.set_step_count(4);
-    std::vector<double> l;
-    for (int k = 4; k < 8; ++k) {
-      const auto [x, y] = gt::batch_at(c, gt::kText, k);
-      l.push_back(model.forward_backward(x, y));
-      model.step(zero, 1.0);
-    }
-    if (comm.rank() == 0) got = l;
-  });
-  REQUIRE(got.size() == 4);
-  CHECK(gt::curve_diff(got, std::vector<double>(ref.begin() + 4, ref.end())) <= 1e-12);
+  sharded_steps_then_state(c, o, weights, moments);  // 4 steps at dp 2 × tp 2, ZeRO-3
+  struct Target {
+    int d, t, zero;
+  };
+  for (Target tg : {Target{4, 1, 3}, Target{4, 1, 1}, Target{1, 4, 0}}) {
+    CAPTURE(tg.d);
+    CAPTURE(tg.zero);
+    std::vector<double> got;
+    run_ranks(tg.d * tg.t, [&](ThreadComm& comm) {
+      Mesh mesh(comm, {{"dp", tg.d}, {"tp", tg.t}});
+      nn::DataParallelGpt<double>::Options to;
+      to.shard_parameters = tg.zero == 3;
+      auto model = nn::DataParallelGpt<double>::init(c, mesh, to);
+      model.load(weights);
+      model.replica().set_steps(4);
+      nn::ShardedAdam<double> zero(gt::adam_options());
+      nn::Adam<double> adam(gt::adam_options());
+      if (tg.zero) {
+        model.load_optimizer(zero, moments);
+        zero.set_step_count(4);
+      } else {
+        model.load_optimizer(adam, moments);
+        adam.set_step_count(4);
+      }
+      std::vector<double> l;
+      for (int k = 4; k < 8; ++k) {
+        const auto [x, y] = gt::batch_at(c, gt::kText, k);
+        l.push_back(model.forward_backward(x, y));
+        if (tg.zero) model.step(zero, 1.0);
+        else model.step(adam, 1.0);
+      }
+      if (comm.rank() == 0) got = l;
+    });
+    REQUIRE(got.size() == 4);
+    CHECK(gt::curve_diff(got, std::vector<double>(ref.begin() + 4, ref.end())) <= 1e-12);
+  }
 }
 
 TEST_CASE("data parallel: the DP collectives in the ledger, by axis, beside their analytic count") {

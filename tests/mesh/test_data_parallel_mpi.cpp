@@ -1,6 +1,6 @@
 // Data parallelism under mpirun -np 4: DP=2 × TP=2 (MPI_Comm_split) trains like one rank on the
-// whole batch, with Adam and with the sharded optimizer; each process computes the one-rank
-// reference itself (a SelfComm Gpt).
+// whole batch, with Adam, the sharded optimizer, ZeRO-2 and ZeRO-3; each process computes the
+// one-rank reference itself (a SelfComm Gpt).
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -26,6 +26,27 @@ TEST_CASE("data parallel under MPI: DP=2 x TP=2 and DP=4 x TP=1 train like one r
         CAPTURE(static_cast<int>(which));
         const auto got = dp_cases::train(c, mesh, 25, which);
         CHECK(gt::curve_diff(got, ref) <= 1e-12);
+      }
+    }
+  }
+}
+
+TEST_CASE("data parallel under MPI: ZeRO-2 and ZeRO-3 (per-block gathers) at DP=2 x TP=2 and DP=4 x TP=1, +- SP, train like one rank (10 steps, <= 1e-12)") {
+  MpiComm world(MPI_COMM_WORLD);
+  REQUIRE(world.size() == 4);
+  for (bool sp : {false, true}) {
+    auto c = dp_cases::config(sp);
+    c.layers = 3;  // a block gathered between two others
+    const auto ref = dp_cases::reference(c, 10);
+    for (int d : {2, 4}) {
+      Mesh mesh(world, {{"dp", d}, {"tp", 4 / d}});
+      for (bool params : {false, true}) {
+        CAPTURE(sp);
+        CAPTURE(d);
+        CAPTURE(params);
+        const auto got = dp_cases::train(c, mesh, 10, Opt::sharded_adam, 4096, 1.0, nullptr, nn::CpAlgo::ring, true, params);
+        CHECK(gt::curve_diff(got, ref) <= 1e-12);
+        CHECK(got.back() < got.front());
       }
     }
   }

@@ -98,7 +98,17 @@ std::string format_json(const Options& o, int p, const RankResult& r, bool pass,
     j["zero"]["parameters"] = {{"held_bytes_measured", r.dp_figures.param_bytes},
                                {"held_bytes_formula", r.dp_figures.param_formula},
                                {"peak_bytes_during_forward_backward", r.dp_figures.param_peak_bytes},
+                               {"peak_bound_bytes", r.dp_figures.param_peak_formula},
                                {"whole_parameter_bytes", r.dp_figures.param_whole_bytes}};
+  if (!r.dp_figures.memory.empty()) {
+    auto rows = nlohmann::json::array();
+    for (const auto& m : r.dp_figures.memory)
+      rows.push_back({{"category", m.category}, {"measured_bytes", m.measured}, {"formula_bytes", m.formula},
+                      {"formula", m.formula_text}, {"bound", m.bound}});
+    j["dp_memory"] = {{"rows", rows},
+                      {"forward_backward_seconds", r.dp_figures.fb_seconds},
+                      {"forward_backward_seconds_without_recompute", r.dp_figures.fb_seconds_none}};
+  }
   if (r.pp_figures.on)
     j["pipeline"] = {{"pp", o.pp},
                      {"schedule", o.schedule},

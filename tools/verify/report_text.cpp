@@ -156,10 +156,28 @@ std::string format_text(const Options& o, int p, const RankResult& r, bool pass,
                      format_bytes(double(f.grad_peak_bytes)), format_bytes(double(f.grad_whole_bytes)));
     if (f.stage == 3)
       fmt::format_to(out,
-                     "ZeRO-3   parameters per rank: held between steps {}; at most {} held during forward_backward; the "
-                     "whole replica would be e·Ψ = {}\n",
+                     "ZeRO-3   parameters per rank: held between steps {}; at most {} held during forward_backward "
+                     "(bound: slices + embedding + final norm + two blocks + one bucket = {}); the whole replica would be "
+                     "e·Ψ = {}\n",
                      beside_formula(f.param_bytes, "e·Σ_b⌈n_b/dp⌉", f.param_formula),
-                     format_bytes(double(f.param_peak_bytes)), format_bytes(double(f.param_whole_bytes)));
+                     format_bytes(double(f.param_peak_bytes)), format_bytes(double(f.param_peak_formula)),
+                     format_bytes(double(f.param_whole_bytes)));
+  }
+
+  if (!r.dp_figures.memory.empty()) {
+    const auto& f = r.dp_figures;
+    fmt::format_to(out, "\nmemory per rank (rank 0's replica: dp {} × tp {}, ZeRO-{}, recompute {}), measured from the tensors held\n",
+                   r.dp, p, o.zero, o.recompute);
+    constexpr auto kMemRow = "  {:<38}{:>12}{:>12}{:>8}  {}\n";
+    fmt::format_to(out, kMemRow, "category", "measured", "formula", "ratio", "formula's terms");
+    for (const auto& m : f.memory)
+      fmt::format_to(out, kMemRow, m.category, format_bytes(m.measured), m.formula > 0 ? format_bytes(m.formula) : "none",
+                     m.formula > 0 ? fmt::format("{:.3f}", m.measured / m.formula) : "none",
+                     m.bound ? "at most " + m.formula_text : m.formula_text);
+    fmt::format_to(out, "forward_backward: {} (median of 3){}\n", format_time(f.fb_seconds),
+                   f.fb_seconds_none > 0 ? fmt::format("; the same model without recomputation {}: recompute {} costs ×{:.2f}",
+                                                       format_time(f.fb_seconds_none), o.recompute, f.fb_seconds / f.fb_seconds_none)
+                                         : std::string());
   }
 
   if (r.pp_figures.on) {

@@ -42,11 +42,21 @@ struct Row : verify::LayerCheck {
 /// the parameter bytes held between steps (measured, by the formula), the whole replica's e·Ψ and
 /// the most held during forward_backward.
 struct DpFigures {
+  /// One row of the memory table: this rank's bytes of one category, measured from the tensors held,
+  /// beside a formula (0: none) written out in `formula_text`.
+  struct Memory {
+    std::string category, formula_text;
+    double measured = 0, formula = 0;
+    bool bound = false;  // the formula is an upper bound, not an equality
+  };
+  std::vector<Memory> memory;   // every --dp run
+  double fb_seconds = 0;        // median forward_backward time (rank 0), at --recompute
+  double fb_seconds_none = 0;   // the same model without recomputation (0: --recompute none)
   bool zero = false;
   std::size_t state_bytes = 0, formula_bytes = 0, adam_bytes = 0;
   int stage = 1;
-  std::size_t grad_peak_bytes = 0, grad_slice_bytes = 0, grad_slice_formula = 0, grad_whole_bytes = 0;
-  std::size_t param_bytes = 0, param_formula = 0, param_whole_bytes = 0, param_peak_bytes = 0;
+  std::size_t grad_peak_bytes = 0, grad_slice_bytes = 0, grad_slice_formula = 0, grad_whole_bytes = 0, grad_bound = 0;
+  std::size_t param_bytes = 0, param_formula = 0, param_whole_bytes = 0, param_peak_bytes = 0, param_peak_formula = 0;
 };
 
 /// --pp: the layout the stages held, the peak bytes each rank held between ops (measured by the

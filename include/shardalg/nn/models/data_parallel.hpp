@@ -42,20 +42,31 @@
 // ZeRO-3 (Options::shard_parameters, nn/models/zero3.hpp): the parameters never stand whole on a
 // rank between steps either. Each bucket of parameters is W_b[dp:C] (this rank's n_b/D columns of
 // the padded flat bucket, the gradients' buckets), typed per parameter W[dp:C-of-bucket, tp:L]; at
-// init each rank keeps its slice of W_b[dp:R] (split<dp, C>, free) and frees the rest. At the start
-// of forward_backward (and loss, masters) every bucket is all_gather<dp>'d to W_b[dp:R] and unpacked
-// into the replica — all buckets, before the first layer, not per layer with prefetch (the next
-// step); in the backward each parameter is freed as soon as its gradient has been handed over
-// (ZeRO-2's stream: the final norm's, block by block from the last, the embedding's last). The step
-// updates the slices W_b[dp:C] in place with G_b[dp:C] and gathers nothing: the next forward does.
-// Between steps a rank holds e·Σ n_b/D parameter bytes (parameter_bytes()); the replica's
-// parameters keep shapes and groups but no values (its local blocks are 0 × 0; a still-sharded
-// parameter is not a compile error yet). Not with the pipeline (nn/models/pipeline_gpt.hpp).
+// init each rank keeps its slice of W_b[dp:R] (split<dp, C>, free) and frees the rest. The buckets
+// follow units (Options::unit_buckets: the embedding, each block, the final norm; no bucket spans
+// two), and a unit is gathered where the run needs it (Gpt::forward_backward_streamed's hook):
+//
+//   forward    the embedding; block k: all_gather<dp> its buckets → W[dp:R, tp:L], its forward,
+//              freed; the final norm (the embedding and the final norm stay: the backward reads them)
+//   backward   block k: all_gather<dp> again, its backward, each parameter freed as soon as its
+//              gradient has been handed over (ZeRO-2's stream, block by block from the last)
+//   prefetch   (Options::prefetch) the next unit in the run's order is gathered before this one
+//              runs. These communicators have no asynchronous all_gather, so the prefetch overlaps
+//              nothing; it fixes the order and holds one more unit.
+//
+// So per step: one all_gather per bucket of the embedding and the final norm, two per bucket of
+// every block, one reduce_scatter per bucket; a rank holds at most its slices, the embedding, the
+// final norm, two blocks (one without prefetch) and the bucket in flight. The step updates the
+// slices W_b[dp:C] in place with G_b[dp:C] and gathers nothing. Between steps a rank holds
+// e·Σ n_b/D parameter bytes (parameter_bytes()); the replica's parameters keep shapes and groups
+// but no values (its local blocks are 0 × 0; a still-sharded parameter inside the model is a run-time
+// error, not a compile error: FullyShardedParam is the typed form). Not with the pipeline
+// (nn/models/pipeline_gpt.hpp).
 //
 // Communication per step on dp: one all_reduce of one value (the loss); then one all_reduce per
 // gradient bucket (nn/optim/grad_buckets.hpp), or one reduce_scatter and one all_gather per bucket with
 // the sharded optimizer (nn/optim/sharded_adam.hpp), plus its gradient norm (one all_reduce of two values
-// on dp); with ZeRO-3 one all_gather per bucket in forward_backward instead of in the step. The tensor-parallel traffic is the Gpt's (nn/models/gpt.hpp), on the tp group.
+// on dp); with ZeRO-3 the all_gathers above in forward_backward instead of in the step. The tensor-parallel traffic is the Gpt's (nn/models/gpt.hpp), on the tp group.
 #pragma once
 
 #include <algorithm>
@@ -101,8 +112,16 @@ class DataParallelGpt {
     /// the file comment); step with a ShardedAdam.
     bool shard_gradients = false;
     /// ZeRO-3: keep only this rank's slice of every parameter bucket between steps, all_gather<dp>
-    /// them in forward_backward (see the file comment); implies shard_gradients; step with a ShardedAdam.
+    /// each unit's buckets where the run needs them (see the file comment); implies shard_gradients
+    /// and unit_buckets; step with a ShardedAdam.
     bool shard_parameters = false;
+    /// ZeRO-3: gather the next unit (in the run's order) before running this one — the order an
+    /// asynchronous all_gather would overlap; on these blocking communicators it costs one more
+    /// unit held and gains no time (see the file comment).
+    bool prefetch = true;
+    /// No bucket spans two units (the embedding, each block, the final norm): ZeRO-3's plan. The
+    /// others pack across units unless this is set.
+    bool unit_buckets = false;
   };
 
   /// `global.batch` is the whole batch; the mesh needs axes dp and tp (any other axis of size 1).
@@ -121,6 +140,12 @@ class DataParallelGpt {
 
   /// Forward and backward on the global batch (the same on every rank); returns its mean loss.
   T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets);
+  /// The same, with Gpt::forward_backward's `inspect` on this rank's replica (what it holds for the
+  /// backward: nn/train/measured_memory.hpp's terms).
+  template <class Inspect>
+  T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, Inspect&& inspect) {
+    return run(tokens, targets, true, inspect);
+  }
   /// The mean loss of the global batch only.
   T loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets);
 
@@ -204,7 +229,8 @@ class DataParallelGpt {
   DataParallelGpt(const GptConfig& global, const Mesh& mesh, Model m, Options o, Group data)
       : global_(global), mesh_(mesh), model_(std::move(m)), opt_(o), data_(std::move(data)) {}
 
-  T run(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward);
+  template <class Inspect = typename Model::NoInspect>
+  T run(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward, Inspect&& inspect = {});
 
   /// √(Σ_tp Σ_dp sharded + Σ_dp replicated) over this rank's gradient slices: one all_reduce of
   /// two values on dp, then one of one value on tp (Gpt's norm rule, nn/optim/optim.hpp).
@@ -213,9 +239,38 @@ class DataParallelGpt {
   void ensure_plan() {
     if (!plan_.slots.empty()) return;
     std::vector<BucketSlot> visit;
-    model_.visit_params([&](const ParamInfo& info, const TensorMap&, auto& w) { visit.push_back(slot_of(info, w)); });
+    model_.visit_params([&](const ParamInfo& info, const TensorMap&, auto& w) {
+      visit.push_back(slot_of(info, w));
+      if (opt_.unit_buckets) visit.back().unit = unit_of(info.name);
+    });
     plan_ = BucketPlan::backward_order(std::move(visit), opt_.bucket_elements, data_.size());
   }
+  /// A parameter's unit by its logical name: 0 the embedding's, k + 1 "layers.k.…", L + 1 the final
+  /// norm's (Gpt::forward_backward_streamed's units).
+  [[nodiscard]] std::size_t unit_of(const std::string& name) const {
+    if (name.rfind("final_norm", 0) == 0) return static_cast<std::size_t>(global_.layers) + 1;
+    if (name.rfind("layers.", 0) == 0) return std::stoul(name.substr(7)) + 1;
+    return 0;
+  }
+  /// ZeRO-3's unit hook: each unit gathered where the run needs it (and the next one with
+  /// prefetch), a block freed after its forward; in the backward take_gradient frees each
+  /// parameter once its gradient is handed over.
+  struct Zero3Units {
+    DataParallelGpt* m;
+    void need(std::size_t u) const {
+      auto sc = m->scope("dp.params");
+      m->params_.gather_unit(m->plan_, u);
+    }
+    void forward(std::size_t u) const {
+      need(u);
+      if (m->opt_.prefetch && u <= static_cast<std::size_t>(m->global_.layers)) need(u + 1);
+    }
+    void forward_done(std::size_t u) const { m->params_.release_unit(m->plan_, u); }
+    void backward(std::size_t u) const {
+      need(u);
+      if (m->opt_.prefetch && u > 1) need(u - 1);
+    }
+  };
   void require_grads() const {
     if (!model_.grads()) throw ShapeError("DataParallelGpt: step() without gradients; call forward_backward first");
   }
@@ -271,7 +326,7 @@ DataParallelGpt<T, B> DataParallelGpt<T, B>::init(const GptConfig& global, const
       data = mesh.world().split(mesh.group("tp").rank(), mesh.group("dp").rank() * cp + mesh.group("cp").rank(), "dp");
       model.set_context_parallel(mesh.group("cp"), o.cp_algo);
     }
-    if (o.shard_parameters) o.shard_gradients = true;
+    if (o.shard_parameters) o.shard_gradients = o.unit_buckets = true;
     DataParallelGpt out(global, mesh, std::move(model), o, std::move(data));
     if (o.shard_parameters) {  // ZeRO-3: keep this rank's slice of W_b[dp:R] (every replica's init is the same)
       out.ensure_plan();
@@ -472,7 +527,9 @@ void DataParallelGpt<T, B>::load_optimizer(ShardedAdam<T, B>& opt, const Masters
   }
 
 template <Element T, class B>
-T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward) {
+template <class Inspect>
+T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward,
+                             Inspect&& inspect) {
     using shardalg::detail::cat;
     const Index total = global_.batch * global_.seq;
     if (static_cast<Index>(tokens.size()) != total || static_cast<Index>(targets.size()) != total)
@@ -501,10 +558,10 @@ T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<con
     weight_ = all > 0 ? static_cast<T>(mine) / static_cast<T>(all) : T(0);
     model_.set_token_offset(t0);
     if (backward) reduced_ = false;
-    if (params_.active()) {  // ZeRO-3: W_b[dp:C] → all_gather<dp> → the replica's whole parameters
+    const Zero3Units units{this};
+    if (params_.active()) {  // ZeRO-3: W_b[dp:C] → all_gather<dp> per unit, where the run needs it
       params_.reset_peak();
-      auto sc = scope("dp.params");
-      params_.gather(model_, plan_);
+      params_.begin(model_, plan_);
     }
     T l;
     if (backward && opt_.shard_gradients) {  // ZeRO-2: the buckets reduce-scattered during the backward
@@ -516,14 +573,16 @@ T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<con
       filled_.assign(plan_.buckets(), 0);
       grad_peak_bytes_ = 0;
       sliced_ = false;
-      l = model_.forward_backward_streamed(tk, tg, [&](const ParamInfo& info, auto& g) { take_gradient(info, g); });
+      const auto take = [&](const ParamInfo& info, auto& g) { take_gradient(info, g); };
+      l = params_.active() ? model_.forward_backward_streamed(tk, tg, take, units, inspect)
+                           : model_.forward_backward_streamed(tk, tg, take, typename Model::NoUnits{}, inspect);
       for (std::size_t b = 0; b < plan_.buckets(); ++b)
         if (filled_[b] != plan_.elements[b])
           throw ShapeError(cat("DataParallelGpt: bucket ", b, " received ", filled_[b], " of its ", plan_.elements[b],
                                " gradient values in the backward"));
       sliced_ = true;
     } else {
-      l = backward ? model_.forward_backward(tk, tg) : model_.loss(tk, tg);
+      l = backward ? model_.forward_backward(tk, tg, inspect) : params_.active() ? model_.loss(tk, tg, units) : model_.loss(tk, tg);
     }
     if (params_.active()) params_.release_all();  // after a backward: already, one by one
     // The global mean Σ_d w_d · mean_d: one all_reduce of one value over dp.
@@ -536,26 +595,8 @@ T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<con
 
 template <Element T, class B>
 double DataParallelGpt<T, B>::sliced_norm(const std::vector<Mat>& gslice) {
-    const Group& dpg = data_;
-    const int d = dpg.size(), r = dpg.rank();
-    double acc[2] = {0, 0};  // sharded, replicated
-    for (const auto& s : plan_.slots) {
-      const Index len = plan_.padded[s.bucket] / d, lo = r * len;
-      const Index a = std::max(lo, s.offset), e = std::min(lo + len, s.offset + s.size());
-      for (Index i = a; i < e; ++i) {
-        const double x = static_cast<double>(gslice[s.bucket].data()[i - lo]);
-        const Index col = s.col0 + (i - s.offset) % s.cols;
-        acc[s.replicated ? 1 : 0] += (s.col_weight ? s.col_weight(col) : 1.0) * x * x;
-      }
-    }
     auto sc = scope("grad_norm");
-    if (d > 1) {
-      Group g = dpg;
-      g.all_reduce(acc, 2, ReduceOp::sum, CallInfo{"Partial", "R"});
-    }
-    Group t = mesh_.group("tp");
-    if (t.size() > 1) t.all_reduce(acc, 1, ReduceOp::sum, CallInfo{"Partial", "R"});
-    return std::sqrt(acc[0] + acc[1]);
+    return sliced_grad_norm(plan_, gslice, data_, mesh_.group("tp"));
   }
 
 template <Element T, class B>

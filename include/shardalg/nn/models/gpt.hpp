@@ -42,6 +42,7 @@
 #include "shardalg/nn/layers/embedding.hpp"
 #include "shardalg/nn/optim/optim.hpp"
 #include "shardalg/nn/layers/sp_block.hpp"
+#include "shardalg/nn/models/gpt_params.hpp"
 #include "shardalg/nn/models/gpt_stages.hpp"
 
 namespace shardalg::nn {
@@ -49,64 +50,6 @@ namespace shardalg::nn {
 /// Tensor kind of the dropout on the embedding output (`tensor_id(0, kind)`; the embedding
 /// weight is kind 24).
 inline constexpr TensorKind embedding_dropout_kind = static_cast<TensorKind>(25);
-
-struct GptConfig {
-  Index vocab = 256;
-  Index hidden = 64;
-  Index heads = 4;
-  Index groups = 0;  // query groups (GQA); 0: heads
-  Index ffn = 0;     // 0: 4·hidden
-  Index layers = 2;
-  Index seq = 32;
-  Index batch = 4;
-  Activation activation = Activation::gelu_tanh;
-  NormKind norm = NormKind::layer;
-  bool bias = true;
-  double eps = 1e-5;
-  double dropout = 0.0;  // after the embedding and after each sub-layer
-  double attn_dropout = 0.0;  // on the attention probabilities (nn/layers/attention.hpp)
-  bool sp = false;       // sequence parallelism
-  Recompute recompute = Recompute::none;  // what each block keeps for its backward (nn/layers/block.hpp)
-  std::uint64_t seed = 1234;
-  double init_std = 0.02;
-  Index vocab_divisor = 128;  // pad the vocabulary to a multiple of vocab_divisor · TP
-  double label_smoothing = 0.0;  // PyTorch's ε: target 1 − ε + ε/V, the others ε/V (nn/layers/cross_entropy.hpp)
-  std::int64_t ignore_index = -100;
-
-  [[nodiscard]] Index ffn_size() const { return ffn > 0 ? ffn : 4 * hidden; }
-  [[nodiscard]] Index tokens() const { return batch * seq; }
-  [[nodiscard]] BlockConfig block(std::uint32_t layer) const {
-    BlockConfig c;
-    c.hidden = hidden;
-    c.heads = heads;
-    c.groups = groups;
-    c.seq = seq;
-    c.ffn = ffn_size();
-    c.act = activation;
-    c.norm = norm;
-    c.bias = bias;
-    c.eps = eps;
-    c.dropout = dropout;
-    c.attn_dropout = attn_dropout;
-    c.recompute = recompute;
-    c.dropout_seed = seed;
-    c.layer = layer;
-    return c;
-  }
-};
-
-/// Dense logical tensors by name (double, column-major): the TP-independent form of the model.
-using Masters = std::map<std::string, Eigen::MatrixXd>;
-
-/// How one physical parameter holds logical master tensors: its columns map to (part, column)
-/// (fused QKV, SwiGLU's gate|up), and only its first `rows` rows are real (the padded vocabulary).
-struct TensorMap {
-  std::vector<std::string> parts;
-  std::vector<Index> part_cols;
-  Index rows = 0;
-  std::function<LogicalCol(Index)> col;  // null: the identity onto parts[0]
-  [[nodiscard]] LogicalCol operator()(Index c) const { return col ? col(c) : LogicalCol{0, c}; }
-};
 
 template <Element T, class B = CpuBackend>
 class Gpt {
@@ -197,6 +140,17 @@ class Gpt {
     for (auto& b : plain_) b.set_overlap(o);
   }
 
+  /// No inspection (forward_backward's `inspect`).
+  struct NoInspect {
+    void operator()(const auto&...) const {}
+  };
+  /// No unit hook: every parameter is held whole throughout.
+  struct NoUnits {
+    void forward(std::size_t) const {}
+    void forward_done(std::size_t) const {}
+    void backward(std::size_t) const {}
+  };
+
   /// Forward and backward on one batch (batch × seq tokens, batch-major, the same on every
   /// rank); keeps the gradients for step(); returns the mean loss.
   T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets);
@@ -218,16 +172,34 @@ class Gpt {
   /// are all-reduced over tp first (per block, instead of once at the end). `ready` may take the
   /// gradient's storage (DataParallelGpt's ZeRO-2 reduce-scatters it over dp and keeps its slice);
   /// what it leaves is kept as forward_backward keeps it.
-  template <class Ready>
-  T forward_backward_streamed(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, Ready&& ready) {
+  ///
+  /// `units` says where the run needs a unit's parameters whole (DataParallelGpt's ZeRO-3 gathers
+  /// them there and frees them after). Unit 0 is the embedding, unit k + 1 block k, unit L + 1 the
+  /// final norm. `units.forward(u)` comes before unit u's forward; `units.forward_done(u)` after a
+  /// block's forward; `units.backward(u)` before a block's backward. The embedding and the final
+  /// norm get forward(u) only: both are read again by the backward (the tied head reads the
+  /// embedding), so they stay until their gradients are handed over.
+  /// `inspect` is forward_backward's.
+  template <class Ready, class Units = NoUnits, class Inspect = NoInspect>
+  T forward_backward_streamed(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, Ready&& ready,
+                              Units&& units = {}, Inspect&& inspect = {}) {
     check_batch(tokens, targets);
     grads_.reset();
     reseed();
-    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, true, NoInspect{}, ready)
-                   : run<Replicated>(plain_, tokens, targets, true, NoInspect{}, ready);
+    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, true, inspect, ready, units)
+                   : run<Replicated>(plain_, tokens, targets, true, inspect, ready, units);
   }
   /// The mean loss only (no gradients kept; the same communication as the forward).
   T loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets);
+  /// The same, with the `units` of forward_backward_streamed (forward(u) and forward_done(u) only).
+  template <class Units>
+  T loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, Units&& units) {
+    check_batch(tokens, targets);
+    reseed();
+    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, false, NoInspect{}, NoReady{}, units)
+                   : run<Replicated>(plain_, tokens, targets, false, NoInspect{}, NoReady{}, units);
+  }
+
 
   /// Clip by the global norm (max_grad_norm ≤ 0: no clipping), then one optimizer update of
   /// every parameter. Returns the global gradient norm before clipping.
@@ -314,17 +286,14 @@ class Gpt {
   RecorderScope scope(const std::string& label) const { return shardalg::scope(group_, label); }
 
   /// The model on activations in layout L (R: plain blocks; Row: sequence-parallel blocks).
-  struct NoInspect {
-    void operator()(const auto&...) const {}
-  };
 
   struct NoReady {
     void operator()(const auto&...) const {}
   };
 
-  template <class L, class Blocks, class Inspect = NoInspect, class Ready = NoReady>
+  template <class L, class Blocks, class Inspect = NoInspect, class Ready = NoReady, class Units = NoUnits>
   T run(Blocks& blocks, std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward,
-        Inspect&& inspect = {}, Ready&& ready = {}) {
+        Inspect&& inspect = {}, Ready&& ready = {}, Units&& units = {}) {
     constexpr bool sp = std::is_same_v<L, RowSharded>;
     constexpr bool streamed = !std::is_same_v<std::remove_cvref_t<Ready>, NoReady>;
     // ready(info, grad&) over a group of gradients, through the visit helpers' (info, map, w, g*) form
@@ -337,13 +306,20 @@ class Gpt {
     using Cache = typename std::remove_cvref_t<decltype(blocks[0])>::Cache;
     // ---- forward
     auto fwd = scope("fwd");
+    const std::size_t last_unit = blocks.size() + 1;  // the final norm's (units: see forward_backward_streamed)
+    units.forward(0);
     auto ef = stages::embed<sp>(emb_, group_, tokens);
     finite("forward: embedding output", ef.y);
     std::vector<Cache> caches;
     caches.reserve(blocks.size());
     X x = stages::blocks_forward(
-        blocks, drop_emb_.forward(ef.y), caches, group_, [](std::size_t k) { return k; }, [](std::size_t, auto&) {},
-        [&](std::size_t k, const X& y) { finite("forward: layer " + std::to_string(k) + " output", y); });
+        blocks, drop_emb_.forward(ef.y), caches, group_, [](std::size_t k) { return k; },
+        [&](std::size_t k, auto&) { units.forward(k + 1); },
+        [&](std::size_t k, const X& y) {
+          units.forward_done(k + 1);
+          finite("forward: layer " + std::to_string(k) + " output", y);
+        });
+    units.forward(last_unit);
     auto fn = final_.forward(x);
     finite("forward: final norm output", fn.y);
     auto head = stages::head<sp>(emb_, group_, fn.y);
@@ -375,6 +351,7 @@ class Gpt {
     std::vector<typename std::remove_cvref_t<decltype(blocks[0])>::ParamGrads> bgs(blocks.size());
     for (std::size_t i = blocks.size(); i-- > 0;) {
       auto s = scope("layer" + std::to_string(i));
+      units.backward(i + 1);
       auto g = blocks[i].backward(caches[i], dx);
       finite("backward: layer " + std::to_string(i) + " input gradient", g.dx);
       dx = std::move(g.dx);
@@ -448,60 +425,11 @@ class Gpt {
 
   template <class F>
   void visit_norm(Norm& n, const typename Norm::template ParamGrads<Replicated>* g, const std::string& name, F& f) {
-    const Index h = cfg_.hidden;
-    f(ParamInfo{name + ".gamma", false, {}}, TensorMap{{name + ".gamma"}, {h}, 1, {}}, n.gamma(),
-      g ? &g->dgamma : nullptr);
-    if (n.beta())
-      f(ParamInfo{name + ".beta", false, {}}, TensorMap{{name + ".beta"}, {h}, 1, {}}, *n.beta(),
-        g ? &*g->dbeta : nullptr);
+    visit_norm_params(n, g, name, cfg_.hidden, f);
   }
-
   template <class Blk, class F>
   void visit_block(Blk& b, const BlockGrads* g, const std::string& pre, F& f) {
-    const Index h = cfg_.hidden, ffn = cfg_.ffn_size();
-    visit_norm(b.ln1(), g ? &g->ln1 : nullptr, pre + "ln1", f);
-    auto& at = b.attention();
-    const QkvLayout lay = at.layout();
-    const Index d = lay.head_dim, hq = cfg_.heads * d, hkv = lay.groups * d;
-    const auto qmap = [lay](Index c) { return lay(c); };
-    std::function<double(Index)> kvw;  // K/V copies on p/groups ranks count once in the norm
-    if (lay.replicated_kv()) {
-      const double w = static_cast<double>(lay.groups) / lay.p;
-      kvw = [lay, w](Index c) { return lay(c).part == 0 ? 1.0 : w; };
-    }
-    f(ParamInfo{pre + "attn.qkv.weight", true, kvw},
-      TensorMap{{pre + "attn.wq", pre + "attn.wk", pre + "attn.wv"}, {hq, hkv, hkv}, h, qmap}, at.qkv().weight(),
-      g ? &g->attn.qkv.dw : nullptr);
-    if (at.qkv().bias())
-      f(ParamInfo{pre + "attn.qkv.bias", false, kvw},
-        TensorMap{{pre + "attn.bq", pre + "attn.bk", pre + "attn.bv"}, {hq, hkv, hkv}, 1, qmap}, *at.qkv().bias(),
-        g ? &*g->attn.qkv.db : nullptr);
-    f(ParamInfo{pre + "attn.proj.weight", true, {}}, TensorMap{{pre + "attn.wo"}, {h}, hq, {}}, at.proj().weight(),
-      g ? &g->attn.proj.dw : nullptr);
-    if (at.proj().bias())
-      f(ParamInfo{pre + "attn.proj.bias", false, {}}, TensorMap{{pre + "attn.bo"}, {h}, 1, {}}, *at.proj().bias(),
-        g ? &*g->attn.proj.db : nullptr);
-    visit_norm(b.ln2(), g ? &g->ln2 : nullptr, pre + "ln2", f);
-    auto& mlp = b.mlp();
-    const bool glu = cfg_.activation == Activation::swiglu;
-    const SwigluFc1Map smap{ffn, group_.size()};
-    std::function<LogicalCol(Index)> fmap;
-    if (glu) fmap = [smap](Index c) { return smap(c); };
-    const std::vector<std::string> wparts = glu ? std::vector<std::string>{pre + "mlp.w1", pre + "mlp.w_up"}
-                                                : std::vector<std::string>{pre + "mlp.w1"};
-    const std::vector<std::string> bparts = glu ? std::vector<std::string>{pre + "mlp.b1", pre + "mlp.b_up"}
-                                                : std::vector<std::string>{pre + "mlp.b1"};
-    const std::vector<Index> widths = glu ? std::vector<Index>{ffn, ffn} : std::vector<Index>{ffn};
-    f(ParamInfo{pre + "mlp.fc1.weight", true, {}}, TensorMap{wparts, widths, h, fmap}, mlp.fc1().weight(),
-      g ? &g->mlp.fc1.dw : nullptr);
-    if (mlp.fc1().bias())
-      f(ParamInfo{pre + "mlp.fc1.bias", false, {}}, TensorMap{bparts, widths, 1, fmap}, *mlp.fc1().bias(),
-        g ? &*g->mlp.fc1.db : nullptr);
-    f(ParamInfo{pre + "mlp.fc2.weight", true, {}}, TensorMap{{pre + "mlp.w2"}, {h}, ffn, {}}, mlp.fc2().weight(),
-      g ? &g->mlp.fc2.dw : nullptr);
-    if (mlp.fc2().bias())
-      f(ParamInfo{pre + "mlp.fc2.bias", false, {}}, TensorMap{{pre + "mlp.b2"}, {h}, 1, {}}, *mlp.fc2().bias(),
-        g ? &*g->mlp.fc2.db : nullptr);
+    visit_block_params(cfg_, group_.size(), b, g, pre, f);
   }
 
   /// Physical sharded tensor → its logical parts (gathered; verification-class traffic).

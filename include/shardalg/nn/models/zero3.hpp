@@ -5,8 +5,10 @@
 //
 //   W_b[dp:R]   (1 × n_b padded, this tp rank's local blocks side by side)
 //     split<dp, C>          → W_b[dp:C]   this rank's n_b/D values: what it holds between steps (free)
-//     all_gather<dp>        → W_b[dp:R]   before the forward, one bucket at a time, unpacked into
-//                                         the replica's parameters W[tp:L] (then the bucket is dropped)
+//     all_gather<dp>        → W_b[dp:R]   a unit's buckets where the run needs them (gather_unit:
+//                                         the buckets never span units), unpacked into the replica's
+//                                         parameters W[tp:L], each bucket dropped before the next
+//     release_unit(u)       a block's parameters freed after its forward (gathered again for its backward)
 //     release(slot)         the replica's copy of one parameter is freed when its gradient has been
 //                           handed over in the backward (it is not read again in this step)
 //
@@ -75,29 +77,47 @@ class ParamShards {
     }
     bind(model, plan);
     live_ = plan.slots.size();
+    held_ = 0;
+    for (const auto& sl : plan.slots) held_ += static_cast<std::size_t>(sl.size()) * sizeof(T);
     release_all();
   }
 
-  /// Bucket by bucket: W_b[dp:C] → all_gather<dp> → W_b[dp:R], unpacked into the replica's
-  /// parameters (their local blocks reallocated), the bucket dropped before the next one.
+  /// Every unit at once (masters(): the whole replica): W_b[dp:C] → all_gather<dp> → W_b[dp:R],
+  /// bucket by bucket, unpacked into the replica's parameters.
   template <class Model>
   void gather(Model& model, const BucketPlan& plan) {
+    begin(model, plan);
+    for (std::size_t b = 0; b < plan.buckets(); ++b) gather_bucket(plan, b);
+  }
+
+  /// Start a step: find the replica's parameters (all still released). gather_unit may follow.
+  template <class Model>
+  void begin(Model& model, const BucketPlan& plan) {
     bind(model, plan);
-    for (std::size_t k = 0; k < plan.slots.size(); ++k) locals_[k]->resize(plan.slots[k].rows, plan.slots[k].cols);
-    live_ = plan.slots.size();
-    std::size_t held = slice_bytes();
-    for (const auto& s : plan.slots) held += static_cast<std::size_t>(s.size()) * sizeof(T);
-    for (std::size_t b = 0; b < plan.buckets(); ++b) {
-      const Mat whole = all_gather<dp>(slices_[b]).local();  // → [dp:R]
-      peak_ = std::max(peak_, held + static_cast<std::size_t>(whole.size()) * sizeof(T));
-      for (std::size_t k = 0; k < plan.slots.size(); ++k)
-        if (plan.slots[k].bucket == b) unpack(whole, plan.slots[k], *locals_[k]);
-    }
+    held_ = 0;
+  }
+  /// True while unit u's parameters are whole in the replica.
+  [[nodiscard]] bool holds(const BucketPlan& plan, std::size_t u) const {
+    for (std::size_t k = 0; k < plan.slots.size(); ++k)
+      if (plan.slots[k].unit == u && plan.slots[k].size() > 0) return locals_[k]->size() > 0;
+    return false;
+  }
+  /// Unit u's buckets: W_b[dp:C] → all_gather<dp> → W_b[dp:R] → its parameters (nothing when held).
+  void gather_unit(const BucketPlan& plan, std::size_t u) {
+    if (holds(plan, u)) return;
+    for (std::size_t b = 0; b < plan.buckets(); ++b)
+      if (plan.units[b] == u) gather_bucket(plan, b);
+  }
+  /// Free unit u's parameters (they are gathered again where needed).
+  void release_unit(const BucketPlan& plan, std::size_t u) {
+    for (std::size_t k = 0; k < plan.slots.size(); ++k)
+      if (plan.slots[k].unit == u) release(k);
   }
 
   /// Free the replica's copy of parameter `slot` (its shape and group stay).
   void release(std::size_t slot) {
     if (slot >= locals_.size() || locals_[slot]->size() == 0) return;
+    held_ -= static_cast<std::size_t>(locals_[slot]->size()) * sizeof(T);
     *locals_[slot] = Mat();
     --live_;
   }
@@ -106,9 +126,24 @@ class ParamShards {
     for (std::size_t k = 0; k < locals_.size(); ++k) release(k);
     locals_.clear();
     live_ = 0;
+    held_ = 0;
   }
 
  private:
+  /// One bucket: all_gather<dp> its slice, unpack its parameters (their blocks reallocated), drop it.
+  void gather_bucket(const BucketPlan& plan, std::size_t b) {
+    const Mat whole = all_gather<dp>(slices_[b]).local();  // W_b[dp:C] → W_b[dp:R]
+    for (std::size_t k = 0; k < plan.slots.size(); ++k) {
+      const auto& s = plan.slots[k];
+      if (s.bucket != b) continue;
+      locals_[k]->resize(s.rows, s.cols);
+      unpack(whole, s, *locals_[k]);
+      if (s.size() > 0) ++live_;
+      held_ += static_cast<std::size_t>(s.size()) * sizeof(T);
+    }
+    peak_ = std::max(peak_, slice_bytes() + held_ + static_cast<std::size_t>(whole.size()) * sizeof(T));
+  }
+
   /// The replica's parameters' local blocks, in plan order (valid while the model stays where it is:
   /// bound at every gather and shard, forgotten at release_all).
   template <class Model>
@@ -122,6 +157,7 @@ class ParamShards {
   std::vector<Slice> slices_;
   std::vector<Mat*> locals_;
   std::size_t live_ = 0;  // parameters the replica holds whole
+  std::size_t held_ = 0;  // their bytes
   std::size_t peak_ = 0;
 };
 

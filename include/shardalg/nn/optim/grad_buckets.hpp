@@ -7,7 +7,9 @@
 //                  greedy from the last parameter back: the backward hands gradients over in about
 //                  the reverse of the visit order (the final norm's first, the embedding's last), so
 //                  bucket 0 fills first and is reduced while the backward goes on; a parameter larger
-//                  than a bucket gets one of its own; 0 elements: one per parameter
+//                  than a bucket gets one of its own; 0 elements: one per parameter; with units
+//                  (ZeRO-3: the embedding, each block, the final norm) a bucket never spans two, so a
+//                  unit's parameters are gathered by its own buckets
 //   bucket b       dG_b[dp:Partial] (1 × n_b, this tensor-parallel rank's local blocks side by side,
 //                  in visit order)
 //                  all_reduce<dp>               → dG_b[dp:R]     (one all_reduce per bucket)
@@ -20,6 +22,8 @@
 // For ZeRO each bucket is padded with zeros to a multiple of the dp size (at most dp − 1 values).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -39,6 +43,7 @@ struct BucketSlot {
   bool replicated = false;   // R on tp: every tp rank holds it whole (counted once in the norm)
   bool decay = false;
   std::function<double(Index)> col_weight;
+  std::size_t unit = 0;  // the unit it belongs to (what ZeRO-3 gathers together); all 0: no units
   [[nodiscard]] Index size() const { return rows * cols; }
 };
 
@@ -46,20 +51,26 @@ struct BucketPlan {
   std::vector<BucketSlot> slots;         // in visit order; a bucket's slots are consecutive
   std::vector<Index> elements;           // per bucket: the values it carries
   std::vector<Index> padded;             // per bucket: rounded up to a multiple of `pad_to`
+  std::vector<std::size_t> units;        // per bucket: the unit of its parameters
   std::size_t bucket_elements = 0;
   int pad_to = 1;
 
   /// The plan of `visit` (the parameters in visit order): packed greedily from the last parameter
   /// back, at most `cap` values a bucket (0: one bucket per parameter), each padded to a multiple
-  /// of `pad_to`; within a bucket its parameters lie in visit order.
+  /// of `pad_to`; within a bucket its parameters lie in visit order. A parameter of another unit
+  /// than the open bucket's starts a new bucket.
   static BucketPlan backward_order(std::vector<BucketSlot> visit, std::size_t cap, int pad_to) {
     BucketPlan p;
     p.bucket_elements = cap;
     p.pad_to = pad_to;
     for (std::size_t i = visit.size(); i-- > 0;) {
       const Index n = visit[i].size();
-      const bool open = !p.elements.empty() && cap > 0 && static_cast<std::size_t>(p.elements.back() + n) <= cap;
-      if (!open) p.elements.push_back(0);
+      const bool open = !p.elements.empty() && cap > 0 && static_cast<std::size_t>(p.elements.back() + n) <= cap &&
+                        p.units.back() == visit[i].unit;
+      if (!open) {
+        p.elements.push_back(0);
+        p.units.push_back(visit[i].unit);
+      }
       visit[i].bucket = p.elements.size() - 1;
       p.elements.back() += n;
     }
@@ -82,11 +93,46 @@ struct BucketPlan {
   }
 };
 
+/// The global gradient norm from this rank's ZeRO slices G_b[dp:C] (`gslice[b]`, bucket b's
+/// columns [r·n_b/D, (r + 1)·n_b/D)): √(Σ_tp Σ_dp sharded + Σ_dp replicated), each value weighted
+/// by its slot's col_weight. One all_reduce of two values on `data`, one of one value on `tp`; with
+/// `outer` (parameters split over it as well: the pipeline's stages) one more of one value. The
+/// caller opens the ledger scope ("grad_norm").
+template <class Mat>
+double sliced_grad_norm(const BucketPlan& plan, const std::vector<Mat>& gslice, const Group& data, const Group& tp,
+                        const Group* outer = nullptr) {
+  const int d = data.size(), r = data.rank();
+  double acc[2] = {0, 0};  // sharded, replicated
+  for (const auto& s : plan.slots) {
+    const Index len = plan.padded[s.bucket] / d, lo = r * len;
+    const Index a = std::max(lo, s.offset), e = std::min(lo + len, s.offset + s.size());
+    for (Index i = a; i < e; ++i) {
+      const double x = static_cast<double>(gslice[s.bucket].data()[i - lo]);
+      const Index col = s.col0 + (i - s.offset) % s.cols;
+      acc[s.replicated ? 1 : 0] += (s.col_weight ? s.col_weight(col) : 1.0) * x * x;
+    }
+  }
+  if (d > 1) {
+    Group g = data;
+    g.all_reduce(acc, 2, ReduceOp::sum, CallInfo{"Partial", "R"});
+  }
+  if (tp.size() > 1) {
+    Group t = tp;
+    t.all_reduce(acc, 1, ReduceOp::sum, CallInfo{"Partial", "R"});
+  }
+  double s = acc[0] + acc[1];
+  if (outer && outer->size() > 1) {
+    Group o = *outer;
+    o.all_reduce(&s, 1, ReduceOp::sum, CallInfo{"Partial", "R"});
+  }
+  return std::sqrt(s);
+}
+
 /// The slot of a parameter: its local shape, where it starts, and its norm weights.
 template <class T, class L, class B>
 BucketSlot slot_of(const ParamInfo& info, const Sharded<T, L, B>& w) {
   return BucketSlot{info.name, 0, 0, w.local_rows(), w.local_cols(), w.col_offset(),
-                    WholeLayout<L>, info.decay, info.col_weight};
+                    WholeLayout<L>, info.decay, info.col_weight, 0};
 }
 
 /// Copy a local block into its place in a flat bucket, and back out.

@@ -133,16 +133,29 @@ class GradNorm {
     }
   }
   /// √(Σ_ranks sharded + replicated): one all_reduce of one value (scope "grad_norm").
-  double finish() {
+  double finish() { return std::sqrt(squares()); }
+  /// The same for parameters split over `outer` as well (the pipeline's stages, each rank holding
+  /// other parameters): then one more all_reduce of one value on `outer`.
+  double finish(const Group& outer) {
+    double s = squares();
+    if (outer.size() > 1) {
+      Group o = outer;
+      o.all_reduce(&s, 1, ReduceOp::sum, CallInfo{"Partial", "R"});
+    }
+    return std::sqrt(s);
+  }
+
+ private:
+  /// Σ_ranks sharded + replicated (the all_reduce over the gradients' group).
+  double squares() {
     double s = sharded_;
     if (group_.valid() && group_.size() > 1) {
       auto sc = shardalg::scope(group_, "grad_norm");
       group_.all_reduce(&s, 1, ReduceOp::sum, CallInfo{"Partial", "R"});
     }
-    return std::sqrt(s + replicated_);
+    return s + replicated_;
   }
 
- private:
   double sharded_ = 0, replicated_ = 0;
   Group group_;
 };
