@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -221,6 +222,57 @@ RankOut run_rank(const Setup& s, const nn::GptConfig& c, const nn::Masters& m, c
 }
 inline RankOut run_rank(const Setup& s, const nn::GptConfig& c, const nn::Masters& m, const Batch& b, const Mesh& mesh) {
   return s.sp ? run_rank<true>(s, c, m, b, mesh) : run_rank<false>(s, c, m, b, mesh);
+}
+
+/// `steps` optimizer steps of the pipeline on this rank (a fresh batch per step from seed 1000 +
+/// step, the dropout masks of nn::Gpt's step), with Adam (`zero` 0), ZeRO-1 (1: the ShardedAdam over
+/// the data group, buckets of `bucket` values) or ZeRO-3 (3: the parameters sharded too), clipping
+/// at 1; the global loss of every step and, in `state_bytes`, the optimizer's bytes on this rank.
+template <bool SP>
+std::vector<double> train_rank(const Setup& s, const nn::GptConfig& c, const nn::Masters& m, const Mesh& mesh, int steps,
+                               int zero, std::size_t bucket = 4096, std::size_t* state_bytes = nullptr,
+                               std::optional<nn::PipelineGpt<double, SP>>* keep = nullptr) {
+  const auto lay = pipeline::parse_layout(layout(s), s.pp, c.layers);
+  auto model = nn::PipelineGpt<double, SP>::init(c, lay, mesh, &m);
+  if (zero == 1) model.shard_optimizer_state(bucket);
+  if (zero == 3) model.shard_parameters(bucket);
+  nn::Adam<double> adam(gt::adam_options());
+  nn::ShardedAdam<double> sharded(gt::adam_options());
+  const int d = mesh.has("dp") ? mesh.coord("dp") : 0;
+  pipeline::Executor<nn::PipelineGpt<double, SP>> ex(mesh.group("pp"), schedule(s), {});
+  std::vector<double> losses;
+  for (int step = 0; step < steps; ++step) {
+    const auto b = batch(s, c, 1000 + static_cast<std::uint64_t>(step));
+    model.set_step(step);
+    model.set_microbatches(b.replicas[static_cast<std::size_t>(d)], s.scaling, b.counted);
+    ex.run(model);
+    losses.push_back(model.finish());
+    if (zero) model.step(sharded, 1.0);
+    else model.step(adam, 1.0);
+  }
+  if (state_bytes) {
+    *state_bytes = sharded.state_bytes();
+    if (!zero)
+      for (const auto& [name, mo] : adam.state()) *state_bytes += static_cast<std::size_t>(mo.m.size() + mo.v.size()) * sizeof(double);
+  }
+  if (keep) keep->emplace(std::move(model));
+  return losses;
+}
+
+/// The one-rank reference of train_rank: nn::Gpt from the same masters on each step's whole batch,
+/// Adam, clipping at 1 (an independent path: no stages, no buckets, no mesh).
+inline std::vector<double> train_reference(const Setup& s, const nn::GptConfig& c, const nn::Masters& m, int steps) {
+  nn::GptConfig plain = c;
+  plain.sp = false;
+  auto g = nn::Gpt<double>::from_masters(plain, m, Group(SelfComm{}));
+  nn::Adam<double> adam(gt::adam_options());
+  std::vector<double> losses;
+  for (int step = 0; step < steps; ++step) {
+    const auto b = batch(s, c, 1000 + static_cast<std::uint64_t>(step));
+    losses.push_back(g.forward_backward(b.tokens, b.targets));
+    g.step(adam, 1.0);
+  }
+  return losses;
 }
 
 /// Normwise relative error of every dense gradient against the merged pipeline gradients,

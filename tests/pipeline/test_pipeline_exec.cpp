@@ -7,6 +7,8 @@
 // ledger's point-to-point entries; the errors.
 #include <doctest/doctest.h>
 
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -318,6 +320,106 @@ TEST_CASE("nn::Gpt at TP = 1 on the whole batch gives the pipeline's loss and gr
   const std::string at = worst.second;
   CAPTURE(at);
   CHECK(err <= 1e-12);
+}
+
+TEST_CASE("pipeline training: Adam, ZeRO-1 (the distributed optimizer) and ZeRO-3 follow one rank's curve (5 steps, <= 1e-12); the bytes and collectives of each") {
+  struct Case {
+    pc::Setup s;
+    int zero;
+  };
+  std::vector<Case> cases;
+  auto add = [&](int dp, int pp, int tp, const char* sched, bool sp, int zero) {
+    pc::Setup s;
+    s.dp = dp, s.pp = pp, s.tp = tp, s.schedule = sched, s.sp = sp, s.m = 4;
+    cases.push_back({s, zero});
+  };
+  add(1, 2, 2, "1F1B", false, 0);        // Adam across stages: the norm over pp
+  add(2, 2, 1, "1F1B", false, 1);        // ZeRO-1 over dp
+  add(2, 2, 1, "1F1B", false, 3);        // ZeRO-3: the same buckets, so ZeRO-1's bits
+  add(2, 2, 2, "ZB-H1", true, 1);        // ZeRO-1 with SP and the zero-bubble split
+  add(2, 1, 2, "interleaved", false, 3); // E and L on one rank: the tied copies stay one
+  std::map<std::string, std::vector<double>> by_setup;  // (setup, zero) → rank 0's curve
+  for (const auto& [s, zero] : cases) {
+    CAPTURE(s.name());
+    CAPTURE(zero);
+    const auto c = pc::config(s);
+    const auto m = pc::masters(c, 17);
+    const auto ref = pc::train_reference(s, c, m, 5);
+    const int world = s.dp * s.pp * s.tp;
+    const auto W = static_cast<std::size_t>(world);
+    std::vector<std::vector<double>> curves(W);
+    std::vector<std::size_t> state(W), padded(W), buckets(W), held(W), peak(W), whole(W), biggest(W);
+    std::vector<std::map<std::string, std::size_t>> count(W);
+    run_ranks(world, [&](ThreadComm& comm) {
+      Ledger led;
+      Mesh mesh(ledgered(Group(comm), led), {{"dp", s.dp}, {"pp", s.pp}, {"tp", s.tp}});
+      const auto r = static_cast<std::size_t>(comm.rank());
+      auto figures = [&](auto& keep) {
+        buckets[r] = keep->plan().buckets();
+        for (Index n : keep->plan().padded) {
+          padded[r] += static_cast<std::size_t>(n);
+          biggest[r] = std::max(biggest[r], static_cast<std::size_t>(n) * sizeof(double));
+        }
+        for (Index n : keep->plan().elements) whole[r] += static_cast<std::size_t>(n) * sizeof(double);
+        held[r] = keep->parameter_bytes();
+        peak[r] = keep->parameter_peak_bytes();
+      };
+      if (s.sp) {
+        std::optional<nn::PipelineGpt<double, true>> keep;
+        curves[r] = pc::train_rank<true>(s, c, m, mesh, 5, zero, 4096, &state[r], &keep);
+        if (zero) figures(keep);
+      } else {
+        std::optional<nn::PipelineGpt<double, false>> keep;
+        curves[r] = pc::train_rank<false>(s, c, m, mesh, 5, zero, 4096, &state[r], &keep);
+        if (zero) figures(keep);
+      }
+      for (const auto& e : led.select())
+        if (e.axis == "dp") ++count[r][std::string(to_string(e.kind)) + "@" + e.scope.substr(e.scope.rfind('/') + 1)];
+    });
+    for (std::size_t r = 0; r < W; ++r) {
+      CAPTURE(r);
+      REQUIRE(curves[r].size() == 5);
+      CHECK(gt::curve_diff(curves[r], ref) <= 1e-12);
+      if (!zero) continue;
+      const std::size_t slices = sizeof(double) * padded[r] / static_cast<std::size_t>(s.dp);
+      CHECK(state[r] == 2 * slices);  // Adam's two moments of this rank's Σ⌈n_b/dp⌉ values
+      CHECK(count[r]["reduce_scatter@dp.grads"] == 5 * buckets[r]);  // in the step, one per bucket
+      CHECK(count[r]["all_gather@dp.params"] == 5 * buckets[r]);      // ZeRO-1: after the update; ZeRO-3: the first forward
+      CHECK(count[r]["all_reduce@dp.grads"] == 0);                    // finish() left the summands
+      if (zero == 3) {
+        CHECK(held[r] == slices);                   // between steps: the slices alone
+        CHECK(peak[r] >= slices + whole[r]);        // during a run: the stage's parameters whole
+        CHECK(peak[r] <= slices + whole[r] + biggest[r]);  // … and one bucket in flight
+      } else {
+        CHECK(held[r] >= whole[r]);  // ZeRO-1: the stage's parameters whole
+      }
+    }
+    if (s.dp == 2 && s.pp == 2 && s.tp == 1) by_setup[std::to_string(zero)] = curves[0];
+    CHECK(ref.back() < ref.front());
+  }
+  REQUIRE(by_setup.size() == 2);
+  CHECK(by_setup["3"] == by_setup["1"]);  // bitwise: the same buckets, reductions and updates
+}
+
+TEST_CASE("pipeline training: bad calls are errors naming the values") {
+  pc::Setup s;
+  s.dp = 1, s.pp = 2, s.tp = 1;
+  const auto c = pc::config(s);
+  const auto m = pc::masters(c, 3);
+  run_ranks(2, [&](ThreadComm& comm) {
+    Mesh mesh(Group(comm), {{"dp", 1}, {"pp", 2}, {"tp", 1}});
+    auto model = nn::PipelineGpt<double, false>::init(c, pipeline::parse_layout(pc::layout(s), 2, c.layers), mesh, &m);
+    nn::Adam<double> adam;
+    nn::ShardedAdam<double> zero;
+    CHECK_THROWS_WITH_AS(model.step(adam), "PipelineGpt::step: no gradients; run the schedule and finish() first", ShapeError);
+    CHECK_THROWS_WITH_AS(model.step(zero),
+                         "PipelineGpt: step(ShardedAdam) needs shard_optimizer_state() before the run (finish() all-reduced "
+                         "the gradients over the data group)",
+                         ShapeError);
+    CHECK_THROWS_WITH_AS(model.shard_optimizer_state(),
+                         "PipelineGpt::shard_optimizer_state: the data group (dp × cp) has 1 rank; ZeRO-1 shards over two or more",
+                         ShapeError);
+  });
 }
 
 TEST_CASE("loss scaling: per token is the whole batch's mean; per micro-batch the mean of the means") {

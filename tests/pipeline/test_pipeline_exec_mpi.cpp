@@ -3,7 +3,8 @@
 // MPI_Comm_split for the axes and the embedding group) for AFAB, 1F1B, interleaved 1F1B and ZB-H1,
 // with and without output deallocation, variable sequence lengths and overlapped receives, against
 // the dense model (reference/dense_layers.hpp); and pp × cp × tp = 2 × 2 × 2 with attention over cp
-// (ring, all-to-all). Each rank checks the gradients of the layers its stages
+// (ring, all-to-all); and training steps with Adam, ZeRO-1 and ZeRO-3 against one rank's curve.
+// Each rank checks the gradients of the layers its stages
 // hold (and how many tensors that is); together they cover the model.
 #include <doctest/doctest.h>
 
@@ -108,4 +109,20 @@ TEST_CASE("MPI: communicate() batched and ring exchange, prev and next at once, 
       CHECK(ledger.count(CollectiveKind::send) == (variable ? 4u : 2u));  // a shape before each block
       CHECK(ledger.count(CollectiveKind::recv) == (variable ? 4u : 2u));
     }
+}
+
+TEST_CASE("MPI: pipeline training on dp 2 × pp 2 × tp 2 with Adam, ZeRO-1 and ZeRO-3 follows one rank's curve (4 steps, <= 1e-12)") {
+  MpiComm world(MPI_COMM_WORLD);
+  REQUIRE(world.size() == 8);
+  pc::Setup s;
+  s.dp = 2, s.pp = 2, s.tp = 2, s.schedule = "1F1B", s.m = 4;
+  const auto c = pc::config(s);
+  const auto m = pc::masters(c, 23);
+  const auto ref = pc::train_reference(s, c, m, 4);
+  Mesh mesh(world, {{"dp", 2}, {"pp", 2}, {"tp", 2}});
+  for (int zero : {0, 1, 3}) {
+    CAPTURE(zero);
+    const auto got = pc::train_rank<false>(s, c, m, mesh, 4, zero);
+    CHECK(gt::curve_diff(got, ref) <= 1e-12);
+  }
 }

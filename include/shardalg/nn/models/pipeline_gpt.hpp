@@ -9,6 +9,11 @@
 //   pipeline::Executor<nn::PipelineGpt<double>> ex(mesh.group("pp"), pipeline::one_f_one_b(2, m), {});
 //   ex.run(model);
 //   double loss = model.finish();      // reductions; then model.grad_masters() / reduced_grads()
+//   model.step(adam, 1.0);             // the optimizer on this rank's stages (norm over tp, then pp)
+//
+//   model.shard_optimizer_state();     // ZeRO-1, before the run: finish() leaves G[dp:Partial] …
+//   model.step(sharded_adam, 1.0);     // … reduce_scatter<dp> per bucket, Adam on the slice, all_gather<dp>
+//   model.shard_parameters();          // ZeRO-3: W_b[dp:C] between steps, gathered at the run's first forward
 //
 // Stage i of the layout (pp rank i mod PP, chunk i div PP) holds its layers in order:
 //
@@ -44,11 +49,23 @@
 // Per-micro-batch loss scaling divides by the micro-batch's counted targets over the whole
 // sequence, not by this rank's share.
 //
+// Training (step): the global gradient norm is GradNorm's over tp on each rank's stages, summed over
+// pp by one all_reduce of one value; the tied embedding is counted once (on E's rank: L's copy
+// elsewhere has a zero norm weight) and both copies make the same update, as their gradients are
+// equal after finish(). ZeRO with the pipeline is Megatron's distributed optimizer: each rank's
+// stages' parameters in buckets (nn/optim/grad_buckets.hpp) over the data group; ZeRO-3 adds
+// ParamShards (nn/models/zero3.hpp), gathered once per run, not per micro-batch — every
+// micro-batch reads every parameter of the stage. ZeRO-2's per-bucket reduce-scatter during the
+// backward does not apply: the gradients accumulate over the micro-batches, so they are reduced
+// once, in the step.
+//
 // Sequence lengths: a micro-batch of another length than the config's runs on copies of the
 // stage's blocks whose attention is configured for it (the same weights, copied once per length
 // and run: the attention's sequence length is part of its config).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <string>
@@ -59,6 +76,9 @@
 #include "shardalg/mesh/mesh.hpp"
 #include "shardalg/nn/models/gpt_stages.hpp"
 #include "shardalg/nn/models/pipeline_parts.hpp"
+#include "shardalg/nn/models/zero3.hpp"
+#include "shardalg/nn/optim/grad_buckets.hpp"
+#include "shardalg/nn/optim/sharded_adam.hpp"
 #include "shardalg/pipeline/stage_assignment.hpp"
 #include "shardalg/pipeline/p2p.hpp"
 
@@ -162,6 +182,62 @@ class PipelineGpt {
   /// embedding on the stages that hold E, its layers, the final norm on the stage with L.
   Masters grad_masters() const;
 
+  // ---- training: one optimizer step after finish() -------------------------------------------
+  /// This rank's parameters and, after finish(), their gradients: f(info, map, w, g*) under
+  /// nn::Gpt's names (nn/models/gpt_params.hpp), g* null before finish. The tied embedding: a rank
+  /// holding both copies (E's and L's stage) visits E's; a rank holding L's copy alone visits it with
+  /// a zero norm weight, so that the global norm counts the embedding once (on E's rank).
+  template <class F>
+  void visit(F&& f);
+  /// One optimizer step (Adam, Sgd) on this rank's stages, after finish(): the global gradient norm
+  /// (GradNorm over tp, then one all_reduce of one value over pp; the data group's reduction was
+  /// finish()'s), clipping by it (max_grad_norm ≤ 0: none), the update; a rank holding both copies of
+  /// the embedding copies E's to L's. Returns the norm before clipping; a non-finite norm skips the
+  /// update on every rank. The next run starts from set_microbatches.
+  template <class Opt>
+  double step(Opt& opt, double max_grad_norm = 0.0);
+
+  /// ZeRO-1 with the pipeline (Megatron's distributed optimizer): call before the run. finish() then
+  /// leaves every gradient this replica's summand, G[dp:Partial] (the data group's all_reduce is not
+  /// made), and step(ShardedAdam) reduce-scatters them per bucket over the data group (dp, or dp × cp)
+  /// instead: G_b[dp:Partial] → reduce_scatter<dp, C> → G_b[dp:C]; Adam on this rank's slice (its
+  /// moments only: 2·e·Σ⌈n_b/D⌉ bytes); W_b[dp:C] → all_gather<dp> → W_b[dp:R]. The buckets are this
+  /// rank's stages' parameters (nn/optim/grad_buckets.hpp), at most `bucket_elements` values each.
+  /// ZeRO-2 and ZeRO-3 do not compose with the pipeline: its gradients accumulate over the
+  /// micro-batches and every micro-batch reads every parameter of the stage (docs/design.md §7).
+  /// Throws ShapeError when the data group has one rank.
+  void shard_optimizer_state(std::size_t bucket_elements = std::size_t{1} << 16);
+  /// ZeRO-3 with the pipeline: shard_optimizer_state, and between steps this rank keeps only its
+  /// slice of every parameter bucket, W_b[dp:C] (nn/models/zero3.hpp's ParamShards; the replica's
+  /// blocks freed). The first forward of a run all_gather<dp>s every bucket of this rank's stages
+  /// (once per run: every micro-batch reads every parameter of the stage, so gathering per
+  /// micro-batch would multiply the all_gathers by m); finish() frees them again; the step updates
+  /// the slices in place and gathers nothing. Call before the first run; collective over the data group.
+  void shard_parameters(std::size_t bucket_elements = std::size_t{1} << 16);
+  /// ZeRO-1's step (shard_optimizer_state): the same norm (from the slices), clipping and skip rule.
+  /// With shard_parameters: the slices updated in place, no all_gather.
+  double step(ShardedAdam<T, B>& opt, double max_grad_norm = 0.0);
+  /// The parameter bytes this rank holds, from the storage: its stages' parameters' local blocks
+  /// (the tied embedding once per copy) and, with shard_parameters, the slices.
+  [[nodiscard]] std::size_t parameter_bytes() {
+    std::size_t n = params_.slice_bytes();
+    visit_params([&](const ParamInfo&, const TensorMap&, const auto& w) { n += static_cast<std::size_t>(w.local().size()) * sizeof(T); });
+    const auto e = std::count_if(chunks_.begin(), chunks_.end(), [](const Chunk& c) { return c.embedding; });
+    for (const auto& ch : chunks_)  // L's copy of the embedding on E's rank (visit walks E's)
+      if (ch.emb && !ch.embedding && e > 0) n += static_cast<std::size_t>(ch.emb->weight().local().size()) * sizeof(T);
+    return n;
+  }
+  /// With shard_parameters: the most parameter bytes held during the last run (slices, the gathered
+  /// stages and the bucket in flight).
+  [[nodiscard]] std::size_t parameter_peak_bytes() const { return params_.peak_bytes(); }
+  /// f(info, map, w) over visit's parameters (nn/models/zero3.hpp's ParamShards walks them).
+  template <class F>
+  void visit_params(F&& f) {
+    visit([&](const ParamInfo& i, const TensorMap& m, auto& w, const auto*) { f(i, m, w); });
+  }
+  /// The bucket plan of shard_optimizer_state (made at the first ZeRO-1 step).
+  [[nodiscard]] const BucketPlan& plan() const { return plan_; }
+
  private:
   PipelineGpt(const GptConfig& c, const pipeline::LayerLayout& lay, const Mesh& mesh, const Masters* m, CpAlgo cp_algo);
 
@@ -206,6 +282,54 @@ class PipelineGpt {
   Index global_count_ = 0;
   std::uint64_t seed_ = 0;
   T loss_ = T(0);
+  bool zero_ = false;                 // shard_optimizer_state: finish() leaves the summands
+  std::size_t bucket_elements_ = 0;
+  BucketPlan plan_;                   // ZeRO-1's buckets (this rank's stages' parameters)
+  ParamShards<T, B> params_;          // ZeRO-3 (shard_parameters): W_b[dp:C]
+
+  void ensure_plan() {
+    if (!plan_.slots.empty()) return;
+    std::vector<BucketSlot> slots;
+    visit([&](const ParamInfo& i, const TensorMap&, auto& w, const auto*) { slots.push_back(slot_of(i, w)); });
+    plan_ = BucketPlan::backward_order(std::move(slots), bucket_elements_, data_.size());
+  }
+  /// The tied copies on a rank with both E's and L's stage: L's is E's (visit walks E's only).
+  void sync_tied() {
+    Chunk* first = nullptr;
+    Chunk* last = nullptr;
+    for (auto& ch : chunks_) {
+      if (ch.embedding) first = &ch;
+      if (ch.loss) last = &ch;
+    }
+    if (first && last && first != last) last->emb->weight() = first->emb->weight();
+  }
+  /// ZeRO-3: the first forward of a run gathers this rank's stages (scope dp.params).
+  void gather_params() {
+    if (!params_.active() || params_.gathered()) return;
+    auto sc = scope(data_, "dp.params");
+    params_.gather(*this, plan_);
+    sync_tied();
+  }
+  void release_params() {
+    if (!params_.active()) return;
+    params_.release_all();
+    sync_tied();  // L's copy of a released E: 0 × 0 too
+  }
+
+  void require_finished(const char* what) const {
+    for (const auto& ch : chunks_)
+      if (ch.grads.size() != ch.blocks.size() || (ch.loss && !ch.final_grads))
+        throw ShapeError(shardalg::detail::cat("PipelineGpt::", what, ": no gradients; run the schedule and finish() first"));
+  }
+  /// After an update: a rank with both E's and L's stage copies E's weight to L's; the gradients go.
+  void end_step() {
+    sync_tied();
+    for (auto& ch : chunks_) {
+      ch.grads.clear();
+      ch.final_grads.reset();
+      ch.demb.reset();
+    }
+  }
 };
 
 // ---- PipelineGpt's members defined outside the class (not inline: see nn/models/gpt.hpp).
@@ -276,6 +400,7 @@ void PipelineGpt<T, SP, B>::set_microbatches(std::vector<MicroBatch> mbs, LossSc
 
 template <Element T, bool SP, class B>
 auto PipelineGpt<T, SP, B>::forward(int chunk, int mb, std::optional<Act> in, State& st) -> std::optional<Act> {
+    gather_params();  // ZeRO-3: the first forward of the run
     Chunk& ch = chunks_.at(static_cast<std::size_t>(chunk));
     const MicroBatch& b = mbs_.at(static_cast<std::size_t>(mb));
     Act x;
@@ -518,8 +643,9 @@ T PipelineGpt<T, SP, B>::finish() {
                  ReduceOp::sum, CallInfo{"Partial", "R"});
   }
   (void)r;
-  // 3. Data (and context) parallelism: every gradient is this rank's summand of the global batch's.
-  if (dp_size() * cp_size() > 1) {
+  // 3. Data (and context) parallelism: every gradient is this rank's summand of the global batch's
+  //    (with shard_optimizer_state it stays one: step(ShardedAdam) reduce-scatters it).
+  if (dp_size() * cp_size() > 1 && !zero_) {
     Group d = data_;
     auto s = scope(d, "dp.grads");
     const auto reduce = [&](auto& x) {
@@ -540,6 +666,7 @@ T PipelineGpt<T, SP, B>::finish() {
     }
     if (first && last && first != last) last->demb = first->demb;  // … the other is the same tensor
   }
+  release_params();  // ZeRO-3: the stages' parameters are slices again until the next run
   // 4. The loss: on the last stage's ranks; summed over pp (the others hold 0) and dp × cp.
   T loss = loss_;
   {
@@ -554,6 +681,138 @@ T PipelineGpt<T, SP, B>::finish() {
     }
   }
   return loss;
+}
+
+template <Element T, bool SP, class B>
+template <class F>
+void PipelineGpt<T, SP, B>::visit(F&& f) {
+  const bool e_here = std::any_of(chunks_.begin(), chunks_.end(), [](const Chunk& c) { return c.embedding; });
+  const int t = tp().size();
+  for (auto& ch : chunks_) {
+    if (ch.emb && (ch.embedding || !e_here)) {
+      ParamInfo info{"embedding.weight", true, {}};
+      if (!ch.embedding) info.col_weight = [](Index) { return 0.0; };  // counted on E's rank
+      f(info, TensorMap{{"embedding"}, {cfg_.hidden}, cfg_.vocab, {}}, ch.emb->weight(), ch.demb ? &*ch.demb : nullptr);
+    }
+    for (std::size_t k = 0; k < ch.blocks.size(); ++k)
+      visit_block_params(cfg_, t, ch.blocks[k], k < ch.grads.size() ? &ch.grads[k] : nullptr,
+                         "layers." + std::to_string(ch.layers[k]) + ".", f);
+    if (ch.final_norm)
+      visit_norm_params(*ch.final_norm, ch.final_grads ? &*ch.final_grads : nullptr, "final_norm", cfg_.hidden, f);
+  }
+}
+
+template <Element T, bool SP, class B>
+template <class Opt>
+double PipelineGpt<T, SP, B>::step(Opt& opt, double max_grad_norm) {
+  if (zero_)
+    throw ShapeError("PipelineGpt: with shard_optimizer_state the gradients are this replica's summands; step with a ShardedAdam");
+  require_finished("step");
+  GradNorm gn;
+  visit([&](const ParamInfo& i, const TensorMap&, auto&, const auto* g) {
+    if (g) gn.add(i, *g);
+  });
+  const double norm = gn.finish(mesh_.group("pp"));
+  if (!std::isfinite(norm)) {
+    end_step();
+    return norm;
+  }
+  const double scale = clip_factor(norm, max_grad_norm);
+  opt.begin_step();
+  visit([&](const ParamInfo& i, const TensorMap&, auto& w, const auto* g) {
+    if (g) opt.update(i, w, *g, scale);
+  });
+  end_step();
+  return norm;
+}
+
+template <Element T, bool SP, class B>
+void PipelineGpt<T, SP, B>::shard_optimizer_state(std::size_t bucket_elements) {
+  if (dp_size() * cp_size() < 2)
+    throw ShapeError(shardalg::detail::cat("PipelineGpt::shard_optimizer_state: the data group (dp × cp) has ",
+                                           dp_size() * cp_size(), " rank; ZeRO-1 shards over two or more"));
+  zero_ = true;
+  bucket_elements_ = bucket_elements;
+  plan_ = BucketPlan{};
+}
+
+template <Element T, bool SP, class B>
+void PipelineGpt<T, SP, B>::shard_parameters(std::size_t bucket_elements) {
+  shard_optimizer_state(bucket_elements);
+  ensure_plan();
+  params_.shard(*this, plan_, data_);
+  sync_tied();
+}
+
+template <Element T, bool SP, class B>
+double PipelineGpt<T, SP, B>::step(ShardedAdam<T, B>& opt, double max_grad_norm) {
+  using Mat = typename B::template matrix<T>;
+  if (!zero_)
+    throw ShapeError("PipelineGpt: step(ShardedAdam) needs shard_optimizer_state() before the run (finish() all-reduced "
+                     "the gradients over the data group)");
+  require_finished("step");
+  const Group& dpg = data_;
+  const int d = dpg.size(), r = dpg.rank();
+  ensure_plan();
+  if (!opt.bound()) opt.bind(plan_, d, r);
+  // G_b[dp:Partial] → reduce_scatter<dp, C> → G_b[dp:C], bucket by bucket as the visit fills them.
+  std::vector<Mat> flat, gslice(plan_.buckets());
+  for (Index n : plan_.padded) flat.push_back(Mat::Zero(1, n));  // zeros in the padding
+  std::size_t k = 0;
+  {
+    auto sc = scope(dpg, "dp.grads");
+    visit([&](const ParamInfo&, const TensorMap&, auto&, const auto* g) {
+      const auto& s = plan_.slots[k++];
+      pack(g->local(), s, flat[s.bucket]);
+      if (k == plan_.slots.size() || plan_.slots[k].bucket != s.bucket) {
+        MeshSharded<T, Axes<On<dp, Partial>>, B> bucket(std::move(flat[s.bucket]), 1, plan_.padded[s.bucket], {dpg});
+        gslice[s.bucket] = reduce_scatter<dp, ColSharded>(bucket).local();
+      }
+    });
+  }
+  double norm = 0;
+  {
+    auto sc = scope(tp(), "grad_norm");
+    const Group pp = mesh_.group("pp");
+    norm = sliced_grad_norm(plan_, gslice, dpg, tp(), &pp);
+  }
+  if (!std::isfinite(norm)) {
+    end_step();
+    return norm;
+  }
+  const double scale = clip_factor(norm, max_grad_norm);
+  opt.begin_step();
+  if (params_.active()) {  // ZeRO-3: the slices are the parameters: W_b[dp:C] updated in place, not gathered
+    for (std::size_t b = 0; b < plan_.buckets(); ++b)
+      opt.update_slice(b, plan_, params_.slices()[b].local().data(), gslice[b].data(), scale);
+    end_step();
+    return norm;
+  }
+  std::vector<Mat> params;
+  for (Index n : plan_.padded) params.push_back(Mat::Zero(1, n));
+  k = 0;
+  visit([&](const ParamInfo&, const TensorMap&, auto& w, const auto*) {
+    const auto& s = plan_.slots[k++];
+    pack(w.local(), s, params[s.bucket]);
+  });
+  std::vector<Mat> gathered(plan_.buckets());
+  {
+    auto sc = scope(dpg, "dp.params");
+    for (std::size_t b = 0; b < plan_.buckets(); ++b) {  // W_b: my slice updated, then all_gather<dp>
+      const Index len = plan_.padded[b] / d;
+      Mat mine = params[b].middleCols(r * len, len);
+      opt.update_slice(b, plan_, mine.data(), gslice[b].data(), scale);
+      MeshSharded<T, Axes<On<dp, ColSharded>>, B> slice(std::move(mine), 1, plan_.padded[b], {dpg});
+      gathered[b] = all_gather<dp>(slice).local();
+    }
+  }
+  k = 0;
+  visit([&](const ParamInfo&, const TensorMap&, auto& w, const auto*) {
+    const auto& s = plan_.slots[k++];
+    unpack(gathered[s.bucket], s, w.local());
+  });
+  end_step();
+  return norm;
 }
 
 template <Element T, bool SP, class B>
