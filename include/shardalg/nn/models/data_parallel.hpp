@@ -443,36 +443,11 @@ double DataParallelGpt<T, B>::step(ShardedAdam<T, B>& opt, double max_grad_norm)
     }
     const double scale = clip_factor(norm, max_grad_norm);
     opt.begin_step();
-    if (params_.active()) {  // ZeRO-3: the slices are the parameters: W_b[dp:C] updated in place, not gathered
-      for (std::size_t b = 0; b < plan_.buckets(); ++b)
-        opt.update_slice(b, plan_, params_.slices()[b].local().data(), gslice[b].data(), scale);
-      model_.end_step(true);
-      return norm;
-    }
-    // Parameters: every replica holds them all; each updates its slice, then all_gather<dp>.
-    std::vector<Mat> params;
-    for (Index n : plan_.padded) params.push_back(Mat::Zero(1, n));
-    k = 0;
-    model_.visit_params([&](const ParamInfo&, const TensorMap&, auto& w) {
-      const auto& s = plan_.slots[k++];
-      pack(w.local(), s, params[s.bucket]);
-    });
-    std::vector<Mat> gathered(plan_.buckets());
-    {
+    {  // ZeRO-3: the slices W_b[dp:C] are the parameters, updated in place; ZeRO-1: each rank updates its slice, then all_gather<dp>
       auto sc = scope("dp.params");
-      for (std::size_t b = 0; b < plan_.buckets(); ++b) {
-        const Index len = plan_.padded[b] / d;
-        Mat mine = params[b].middleCols(r * len, len);
-        opt.update_slice(b, plan_, mine.data(), gslice[b].data(), scale);
-        MeshSharded<T, Axes<On<dp, ColSharded>>, B> slice(std::move(mine), 1, plan_.padded[b], {dpg});
-        gathered[b] = all_gather<dp>(slice).local();  // → [dp:R]
-      }
+      sharded_update(opt, plan_, dpg, gslice, scale, params_.active() ? &params_.slices() : nullptr,
+                     [&](auto&& f) { model_.visit_params(f); });
     }
-    k = 0;
-    model_.visit_params([&](const ParamInfo&, const TensorMap&, auto& w) {
-      const auto& s = plan_.slots[k++];
-      unpack(gathered[s.bucket], s, w.local());
-    });
     model_.end_step(true);
     return norm;
   }

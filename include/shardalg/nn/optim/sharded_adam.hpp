@@ -91,4 +91,42 @@ class ShardedAdam {
   std::vector<Mat> m_, v_;
 };
 
+/// The sharded update from this rank's gradient slices G_b[dp:C] (`gslice`, bucket by bucket):
+///   ZeRO-3 (`param_slices`: W_b[dp:C], the parameters themselves)   updated in place, nothing gathered
+///   ZeRO-1 (null)   the parameters packed by `visit_params` (f(info, map, w) in plan order), this
+///                   rank's slice updated, W_b[dp:C] → all_gather<dp> → W_b[dp:R], unpacked back.
+/// DataParallelGpt and PipelineGpt call it after their norm and clip factor `scale`; the caller opens
+/// the ledger scope.
+template <Element T, class B, class Slices, class VisitParams>
+void sharded_update(ShardedAdam<T, B>& opt, const BucketPlan& plan, const Group& data, const std::vector<typename B::template matrix<T>>& gslice,
+                    double scale, Slices* param_slices, VisitParams&& visit_params) {
+  using Mat = typename B::template matrix<T>;
+  if (param_slices) {
+    for (std::size_t b = 0; b < plan.buckets(); ++b)
+      opt.update_slice(b, plan, (*param_slices)[b].local().data(), gslice[b].data(), scale);
+    return;
+  }
+  const int d = data.size(), r = data.rank();
+  std::vector<Mat> params;
+  for (Index n : plan.padded) params.push_back(Mat::Zero(1, n));
+  std::size_t k = 0;
+  visit_params([&](const ParamInfo&, const auto&, auto& w) {
+    const auto& s = plan.slots[k++];
+    pack(w.local(), s, params[s.bucket]);
+  });
+  std::vector<Mat> gathered(plan.buckets());
+  for (std::size_t b = 0; b < plan.buckets(); ++b) {
+    const Index len = plan.padded[b] / d;
+    Mat mine = params[b].middleCols(r * len, len);
+    opt.update_slice(b, plan, mine.data(), gslice[b].data(), scale);
+    MeshSharded<T, Axes<On<dp, ColSharded>>, B> slice(std::move(mine), 1, plan.padded[b], {data});
+    gathered[b] = all_gather<dp>(slice).local();  // → [dp:R]
+  }
+  k = 0;
+  visit_params([&](const ParamInfo&, const auto&, auto& w) {
+    const auto& s = plan.slots[k++];
+    unpack(gathered[s.bucket], s, w.local());
+  });
+}
+
 }  // namespace shardalg::nn
