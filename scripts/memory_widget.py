@@ -178,7 +178,9 @@ def measured_tables(verify, problems):
         z = j.get('zero', {})
         w = z['parameters']['held_bytes_measured'] if zero >= 3 else held['parameters_bytes']
         g = z['gradients']['slice_bytes_measured'] if zero >= 2 else held['gradients_bytes']
-        o = z['moments_bytes_measured'] if zero >= 1 else None
+        # ZeRO-0: Adam's moments after one step on the reduced gradients (the --dp memory table)
+        o = z['moments_bytes_measured'] if zero >= 1 else next(
+            (r['measured_bytes'] for r in j.get('dp_memory', {}).get('rows', []) if r['category'].startswith('optimizer')), None)
         fw, fg, fo = states(psi, D, zero, E, E, 2 * E)
         w_peak = z['parameters']['peak_bytes_during_forward_backward'] if zero >= 3 else None
         g_peak = z['gradients']['peak_bytes_during_backward'] if zero >= 2 else None

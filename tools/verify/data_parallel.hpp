@@ -162,14 +162,12 @@ void run_dp(const Mesh& raw_mesh, const Options& o, const DenseModel& dm, const 
   model.replica().check_finite(true);
 
   T loss{};
-  nn::ActivationTerms held;  // what this rank's replica keeps for its backward
+  model.replica().measure_activations(true);  // what this rank's replica keeps for its backward
   {
     auto s = ledger.scope("dp");
-    loss = model.forward_backward(dm.ids, dm.targets, [&](const auto&, const auto&, const auto& caches, const auto&,
-                                                          const auto&, const auto&) {
-      for (const auto& c : caches) nn::detail::add_block_cache(held, c);
-    });
+    loss = model.forward_backward(dm.ids, dm.targets);
   }
+  const nn::ActivationTerms held = model.replica().held_activations();
   std::size_t replica_grad_bytes = 0;  // without ZeRO-2: the whole gradients the replica holds
   if (o.zero < 2)
     model.replica().visit([&](const nn::ParamInfo&, const auto&, const auto& g) {

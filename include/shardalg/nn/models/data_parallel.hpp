@@ -140,12 +140,6 @@ class DataParallelGpt {
 
   /// Forward and backward on the global batch (the same on every rank); returns its mean loss.
   T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets);
-  /// The same, with Gpt::forward_backward's `inspect` on this rank's replica (what it holds for the
-  /// backward: nn/train/measured_memory.hpp's terms).
-  template <class Inspect>
-  T forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, Inspect&& inspect) {
-    return run(tokens, targets, true, inspect);
-  }
   /// The mean loss of the global batch only.
   T loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets);
 
@@ -229,8 +223,7 @@ class DataParallelGpt {
   DataParallelGpt(const GptConfig& global, const Mesh& mesh, Model m, Options o, Group data)
       : global_(global), mesh_(mesh), model_(std::move(m)), opt_(o), data_(std::move(data)) {}
 
-  template <class Inspect = typename Model::NoInspect>
-  T run(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward, Inspect&& inspect = {});
+  T run(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward);
 
   /// √(Σ_tp Σ_dp sharded + Σ_dp replicated) over this rank's gradient slices: one all_reduce of
   /// two values on dp, then one of one value on tp (Gpt's norm rule, nn/optim/optim.hpp).
@@ -502,9 +495,7 @@ void DataParallelGpt<T, B>::load_optimizer(ShardedAdam<T, B>& opt, const Masters
   }
 
 template <Element T, class B>
-template <class Inspect>
-T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward,
-                             Inspect&& inspect) {
+T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, bool backward) {
     using shardalg::detail::cat;
     const Index total = global_.batch * global_.seq;
     if (static_cast<Index>(tokens.size()) != total || static_cast<Index>(targets.size()) != total)
@@ -549,15 +540,15 @@ T DataParallelGpt<T, B>::run(std::span<const std::int64_t> tokens, std::span<con
       grad_peak_bytes_ = 0;
       sliced_ = false;
       const auto take = [&](const ParamInfo& info, auto& g) { take_gradient(info, g); };
-      l = params_.active() ? model_.forward_backward_streamed(tk, tg, take, units, inspect)
-                           : model_.forward_backward_streamed(tk, tg, take, typename Model::NoUnits{}, inspect);
+      l = params_.active() ? model_.forward_backward_streamed(tk, tg, take, units)
+                           : model_.forward_backward_streamed(tk, tg, take);
       for (std::size_t b = 0; b < plan_.buckets(); ++b)
         if (filled_[b] != plan_.elements[b])
           throw ShapeError(cat("DataParallelGpt: bucket ", b, " received ", filled_[b], " of its ", plan_.elements[b],
                                " gradient values in the backward"));
       sliced_ = true;
     } else {
-      l = backward ? model_.forward_backward(tk, tg, inspect) : params_.active() ? model_.loss(tk, tg, units) : model_.loss(tk, tg);
+      l = backward ? model_.forward_backward(tk, tg) : params_.active() ? model_.loss(tk, tg, units) : model_.loss(tk, tg);
     }
     if (params_.active()) params_.release_all();  // after a backward: already, one by one
     // The global mean Σ_d w_d · mean_d: one all_reduce of one value over dp.

@@ -38,6 +38,7 @@
 
 #include "shardalg/bridge/dense.hpp"
 #include "shardalg/nn/layers/block.hpp"
+#include "shardalg/nn/layers/cache_bytes.hpp"
 #include "shardalg/nn/layers/cross_entropy.hpp"
 #include "shardalg/nn/layers/embedding.hpp"
 #include "shardalg/nn/optim/optim.hpp"
@@ -140,6 +141,12 @@ class Gpt {
     for (auto& b : plain_) b.set_overlap(o);
   }
 
+  /// Count the bytes the blocks keep for their backward at every forward_backward, between the
+  /// forward and the backward (off by default): held_activations() then has the layer terms of
+  /// nn/layers/cache_bytes.hpp (the outside terms stay 0; nn/train/measured_memory.hpp counts those).
+  void measure_activations(bool on) { measure_ = on; }
+  [[nodiscard]] const ActivationTerms& held_activations() const { return held_; }
+
   /// No inspection (forward_backward's `inspect`).
   struct NoInspect {
     void operator()(const auto&...) const {}
@@ -179,15 +186,14 @@ class Gpt {
   /// block's forward; `units.backward(u)` before a block's backward. The embedding and the final
   /// norm get forward(u) only: both are read again by the backward (the tied head reads the
   /// embedding), so they stay until their gradients are handed over.
-  /// `inspect` is forward_backward's.
-  template <class Ready, class Units = NoUnits, class Inspect = NoInspect>
+  template <class Ready, class Units = NoUnits>
   T forward_backward_streamed(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets, Ready&& ready,
-                              Units&& units = {}, Inspect&& inspect = {}) {
+                              Units&& units = {}) {
     check_batch(tokens, targets);
     grads_.reset();
     reseed();
-    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, true, inspect, ready, units)
-                   : run<Replicated>(plain_, tokens, targets, true, inspect, ready, units);
+    return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, true, NoInspect{}, ready, units)
+                   : run<Replicated>(plain_, tokens, targets, true, NoInspect{}, ready, units);
   }
   /// The mean loss only (no gradients kept; the same communication as the forward).
   T loss(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets);
@@ -326,6 +332,10 @@ class Gpt {
     auto l = stages::loss(loss_, group_, head.logits, targets);
     finite("forward: logits", head.logits);
     fwd.reset();
+    if (measure_) {
+      held_ = ActivationTerms{};
+      for (const auto& c : caches) detail::add_block_cache(held_, c);
+    }
     if (!backward) return l.mean;
     inspect(std::as_const(ef), std::as_const(x), std::as_const(caches), std::as_const(fn), std::as_const(head),
             std::as_const(l));
@@ -479,6 +489,8 @@ class Gpt {
   long skipped_ = 0;
   bool last_skipped_ = false;
   bool check_finite_ = false;
+  bool measure_ = false;  // measure_activations
+  ActivationTerms held_;
 };
 
 // ---- Gpt's members defined outside the class: not inline, so that an explicit instantiation
