@@ -184,7 +184,8 @@ struct CpuBackend {
   /// sweep of memory: backend/cpu/col_sum_order.hpp).
   template <class T>
   static matrix<T> col_sum(const matrix<T>& x) {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if constexpr (HostHalf<T>) return col_sum<float>(x.template cast<float>()).template cast<T>();  // fp32 sums
+    else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       matrix<T> s(1, x.cols());
       ColSumOrder<T>::sum(x.data(), x.rows(), x.cols(), x.cols(), s.data());
       return s;
@@ -198,6 +199,7 @@ struct CpuBackend {
   /// [I, 1]: Σ over columns (zeros of an empty block, as col_sum).
   template <class T>
   static matrix<T> row_sum(const matrix<T>& x) {
+    if constexpr (HostHalf<T>) return row_sum<float>(x.template cast<float>()).template cast<T>();  // fp32 sums
     if (x.size() == 0) return matrix<T>::Zero(x.rows(), 1);
     return x.rowwise().sum();
   }
@@ -209,6 +211,7 @@ struct CpuBackend {
   /// Numerically stable softmax over each row.
   template <class T>
   static matrix<T> softmax_rows(const matrix<T>& x) {
+    if constexpr (HostHalf<T>) return softmax_rows<float>(x.template cast<float>()).template cast<T>();  // fp32, rounded once
     matrix<T> y = (x.colwise() - x.rowwise().maxCoeff()).array().exp().matrix();
     const auto s = y.rowwise().sum().eval();
     for (Index i = 0; i < y.rows(); ++i) y.row(i) /= s(i);

@@ -1,6 +1,8 @@
 // shardalg/backend/cpu/fused.hpp — Fused<CpuBackend>: the passes of backend/fused.hpp in one sweep
 // of memory each, with the bits of the unfused composition (tests/unit/test_fused.cpp, both ISA
-// paths).
+// paths). 16-bit elements (bf16, fp16) are storage only: each pass converts its operands to float
+// (exactly), runs the float pass — every sum and every intermediate in fp32 — and rounds each
+// output once.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +27,70 @@ struct Fused<CpuBackend> {
 
   template <class T>
   static M<T> bias_act(M<T>& y, const M<T>* b, Activation act) {
+    if constexpr (HostHalf<T>) {  // y + b stored, then act(y + b): each rounded once
+      M<float> yf = wide(y);
+      const M<float> bf = b ? wide(*b) : M<float>();
+      const M<float> af = bias_act_impl<float>(yf, b ? &bf : nullptr, act);
+      y = narrow<T>(yf);
+      return narrow<T>(af);
+    } else {
+      return bias_act_impl<T>(y, b, act);
+    }
+  }
+  template <class T>
+  static M<T> act_grad(const M<T>& h, M<T>&& da, Activation act, M<T>* db) {
+    if constexpr (HostHalf<T>) {  // dh and db = Σ_rows dh in fp32, each rounded once
+      M<float> dbf;
+      const M<float> dhf = act_grad_impl<float>(wide(h), wide(da), act, db ? &dbf : nullptr);
+      if (db) *db = narrow<T>(dbf);
+      return narrow<T>(dhf);
+    } else {
+      return act_grad_impl<T>(h, std::move(da), act, db);
+    }
+  }
+
+  template <class T>
+  using NormOut = Kernels<CpuBackend>::NormOut<T>;
+  template <class T>
+  struct NormGrads {
+    M<T> dx, dgamma, dbeta;
+  };
+  /// Kernels::row_mean_var and Kernels::norm_apply, row by row in one loop.
+  template <class T>
+  static NormOut<T> norm_forward(const M<T>& x, const M<T>& gamma, const M<T>* beta, T eps, bool center) {
+    if constexpr (HostHalf<T>) {  // the statistics in fp32; y, x̂ and rstd rounded once
+      const M<float> bf = beta ? wide(*beta) : M<float>();
+      const auto o = norm_forward_impl<float>(wide(x), wide(gamma), beta ? &bf : nullptr, static_cast<float>(eps), center);
+      return {narrow<T>(o.y), narrow<T>(o.xhat), narrow<T>(o.rstd)};
+    } else {
+      return norm_forward_impl<T>(x, gamma, beta, eps, center);
+    }
+  }
+  /// Kernels::norm_grad_sums and norm_grad_apply row by row; dγ = Σ dY ⊙ x̂ and dβ = Σ dY in the
+  /// same loop (ColSumOrder); R + dX row by row when a residual R is given.
+  template <class T>
+  static NormGrads<T> norm_backward(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd,
+                                    bool center, bool want_dbeta, const M<T>* residual = nullptr) {
+    if constexpr (HostHalf<T>) {  // the row sums and dγ, dβ in fp32; each output rounded once
+      const M<float> rf = residual ? wide(*residual) : M<float>();
+      const auto g = norm_backward_impl<float>(wide(dy), wide(xhat), wide(gamma), wide(rstd), center, want_dbeta,
+                                               residual ? &rf : nullptr);
+      return {narrow<T>(g.dx), narrow<T>(g.dgamma), narrow<T>(g.dbeta)};
+    } else {
+      return norm_backward_impl<T>(dy, xhat, gamma, rstd, center, want_dbeta, residual);
+    }
+  }
+  /// x + dropout(z): the mask of Kernels::dropout, the add in the same pass.
+  template <class T>
+  static M<T> dropout_add(const M<T>& x, const M<T>& z, double p, std::uint64_t seed, std::uint64_t tensor, Index r0,
+                          Index c0) {
+    if constexpr (HostHalf<T>) return narrow<T>(dropout_add_impl<float>(wide(x), wide(z), p, seed, tensor, r0, c0));
+    else return dropout_add_impl<T>(x, z, p, seed, tensor, r0, c0);
+  }
+
+ private:
+  template <class T>
+  static M<T> bias_act_impl(M<T>& y, const M<T>* b, Activation act) {
     const Index rows = y.rows(), n = y.cols();
     if (act == Activation::swiglu) return swiglu_bias(y, b);
     M<T> a(rows, n);
@@ -45,7 +111,7 @@ struct Fused<CpuBackend> {
   }
 
   template <class T>
-  static M<T> act_grad(const M<T>& h, M<T>&& da, Activation act, M<T>* db) {
+  static M<T> act_grad_impl(const M<T>& h, M<T>&& da, Activation act, M<T>* db) {
     if (act == Activation::swiglu) return swiglu_grad(h, da, db);
     M<T> dh = std::move(da);  // in place
     const Index rows = dh.rows(), n = dh.cols();
@@ -76,10 +142,7 @@ struct Fused<CpuBackend> {
   }
 
   template <class T>
-  using NormOut = Kernels<CpuBackend>::NormOut<T>;
-  /// Kernels::row_mean_var and Kernels::norm_apply, row by row in one loop.
-  template <class T>
-  static NormOut<T> norm_forward(const M<T>& x, const M<T>& gamma, const M<T>* beta, T eps, bool center) {
+  static NormOut<T> norm_forward_impl(const M<T>& x, const M<T>& gamma, const M<T>* beta, T eps, bool center) {
     const Index n = x.cols();
     NormOut<T> o{M<T>(x.rows(), n), M<T>(x.rows(), n), M<T>(x.rows(), 1)};
     for (Index i = 0; i < x.rows(); ++i) {
@@ -92,14 +155,8 @@ struct Fused<CpuBackend> {
   }
 
   template <class T>
-  struct NormGrads {
-    M<T> dx, dgamma, dbeta;
-  };
-  /// Kernels::norm_grad_sums and norm_grad_apply row by row; dγ = Σ dY ⊙ x̂ and dβ = Σ dY in the
-  /// same loop (ColSumOrder); R + dX row by row when a residual R is given.
-  template <class T>
-  static NormGrads<T> norm_backward(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd,
-                                    bool center, bool want_dbeta, const M<T>* residual = nullptr) {
+  static NormGrads<T> norm_backward_impl(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd,
+                                         bool center, bool want_dbeta, const M<T>* residual) {
     const Index rows = dy.rows(), n = dy.cols();
     NormGrads<T> g{M<T>(rows, n), M<T>::Zero(1, n), want_dbeta ? M<T>::Zero(1, n) : M<T>()};
     M<T> prod(4, n);
@@ -123,10 +180,9 @@ struct Fused<CpuBackend> {
     return g;
   }
 
-  /// x + dropout(z): the mask of Kernels::dropout, the add in the same pass.
   template <class T>
-  static M<T> dropout_add(const M<T>& x, const M<T>& z, double p, std::uint64_t seed, std::uint64_t tensor, Index r0,
-                          Index c0) {
+  static M<T> dropout_add_impl(const M<T>& x, const M<T>& z, double p, std::uint64_t seed, std::uint64_t tensor, Index r0,
+                               Index c0) {
     M<T> y(x.rows(), x.cols());
     if (p == 0.0) {
       y.noalias() = x + z;
@@ -139,7 +195,15 @@ struct Fused<CpuBackend> {
     return y;
   }
 
- private:
+  /// A 16-bit block as float (exact) and a float block rounded to T.
+  template <class T>
+  static M<float> wide(const M<T>& m) {
+    return m.template cast<float>();
+  }
+  template <class T>
+  static M<T> narrow(const M<float>& m) {
+    return m.template cast<T>();
+  }
   template <class T>
   static T opaque(T v) {
     if constexpr (std::is_same_v<T, float>) return simd::scalar::opaque(v);

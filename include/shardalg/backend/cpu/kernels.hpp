@@ -208,6 +208,8 @@ struct Kernels<CpuBackend> {
   /// y = x ⊙ mask / (1 − p), mask(i, j) = [uniform(seed, tensor, r0 + i, c0 + j) ≥ p].
   template <class T>
   static M<T> dropout(const M<T>& x, double p, std::uint64_t seed, std::uint64_t tensor, Index r0, Index c0) {
+    if constexpr (HostHalf<T>)  // the scale in fp32, each kept value rounded once
+      return dropout<float>(x.template cast<float>(), p, seed, tensor, r0, c0).template cast<T>();
     const T scale = static_cast<T>(1.0 / (1.0 - p));
     M<T> y(x.rows(), x.cols());
     for (Index i = 0; i < x.rows(); ++i)
@@ -238,6 +240,30 @@ struct Kernels<CpuBackend> {
   /// drop (optional): O = (P ⊙ mask/(1 − p))·V; probs keeps P itself (the backward recomputes the mask).
   template <class T>
   static AttnOut<T> causal_attention(const M<T>& qkv, const AttnShape& s, const AttnDropout& drop = {}) {
+    if constexpr (HostHalf<T>) {  // scores, softmax and P·V in fp32; O and P rounded once
+      const auto o = attention_forward<float>(qkv.template cast<float>(), s, drop);
+      return {o.out.template cast<T>(), o.probs.template cast<T>()};
+    } else {
+      return attention_forward<T>(qkv, s, drop);
+    }
+  }
+
+  /// dQKV from dOut (the formulas above); K and V gradients are summed over the query heads of
+  /// their unit. With dropout (D = mask/(1 − p), P̃ = P ⊙ D): dV = P̃ᵀ·dO, dP = (dO·Vᵀ) ⊙ D.
+  template <class T>
+  static M<T> causal_attention_grad(const M<T>& qkv, const M<T>& probs, const M<T>& dout, const AttnShape& s,
+                                    const AttnDropout& drop = {}) {
+    if constexpr (HostHalf<T>)  // from the stored P; every product and row sum in fp32, dQKV rounded once
+      return attention_backward<float>(qkv.template cast<float>(), probs.template cast<float>(),
+                                       dout.template cast<float>(), s, drop)
+          .template cast<T>();
+    else
+      return attention_backward<T>(qkv, probs, dout, s, drop);
+  }
+
+ private:
+  template <class T>
+  static AttnOut<T> attention_forward(const M<T>& qkv, const AttnShape& s, const AttnDropout& drop) {
     const T scale = T(1) / std::sqrt(T(s.head_dim));
     const Index d = s.head_dim, uw = s.unit_width(), n = s.seq, ow = s.out_width();
     // every element of both is written below (probs: the softmax left of the diagonal, zeros right of it)
@@ -273,11 +299,9 @@ struct Kernels<CpuBackend> {
     return o;
   }
 
-  /// dQKV from dOut (the formulas above); K and V gradients are summed over the query heads of
-  /// their unit. With dropout (D = mask/(1 − p), P̃ = P ⊙ D): dV = P̃ᵀ·dO, dP = (dO·Vᵀ) ⊙ D.
   template <class T>
-  static M<T> causal_attention_grad(const M<T>& qkv, const M<T>& probs, const M<T>& dout, const AttnShape& s,
-                                    const AttnDropout& drop = {}) {
+  static M<T> attention_backward(const M<T>& qkv, const M<T>& probs, const M<T>& dout, const AttnShape& s,
+                                 const AttnDropout& drop) {
     const T scale = T(1) / std::sqrt(T(s.head_dim));
     const Index d = s.head_dim, uw = s.unit_width(), n = s.seq, ld = qkv.cols();
     M<T> dqkv(qkv.rows(), ld);  // every column written: dQ by query tiles, dK and dV by key tiles

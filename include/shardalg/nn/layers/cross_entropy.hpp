@@ -47,6 +47,8 @@ namespace shardalg::nn {
 template <class Backend>
 struct CrossEntropyKernels;
 
+/// 16-bit elements (bf16, fp16) are storage only: each kernel computes in fp32 and rounds each
+/// output once (the packed sums too, before their all-reduce).
 template <>
 struct CrossEntropyKernels<CpuBackend> {
   template <class T>
@@ -67,6 +69,10 @@ struct CrossEntropyKernels<CpuBackend> {
   template <class T>
   static std::pair<M<T>, M<T>> exp_and_sums(const M<T>& x, const M<T>& m, std::span<const std::int64_t> targets,
                                             Index c0, Index vocab, int k) {
+    if constexpr (HostHalf<T>) {
+      const auto [e, s] = exp_and_sums<float>(x.template cast<float>(), m.template cast<float>(), targets, c0, vocab, k);
+      return {e.template cast<T>(), s.template cast<T>()};
+    }
     const Index n = std::clamp<Index>(vocab - c0, 0, x.cols());
     M<T> e = M<T>::Zero(x.rows(), x.cols());
     M<T> s = M<T>::Zero(x.rows(), k);
@@ -85,12 +91,21 @@ struct CrossEntropyKernels<CpuBackend> {
   /// p = e / Σe, row by row, in place.
   template <class T>
   static void normalise(M<T>& e, const M<T>& sums) {
+    if constexpr (HostHalf<T>) {
+      M<float> ef = e.template cast<float>();
+      normalise<float>(ef, sums.template cast<float>());
+      e = ef.template cast<T>();
+      return;
+    }
     for (Index i = 0; i < e.rows(); ++i) e.row(i) /= sums(i, 0);
   }
 
   /// [T, 1] losses from the reduced statistics; 0 where `active` is false.
   template <class T>
   static M<T> losses(const M<T>& m, const M<T>& sums, const std::vector<char>& active, T eps, Index vocab) {
+    if constexpr (HostHalf<T>)
+      return losses<float>(m.template cast<float>(), sums.template cast<float>(), active, static_cast<float>(eps), vocab)
+          .template cast<T>();
     M<T> l(m.rows(), 1);
     for (Index i = 0; i < m.rows(); ++i) {
       if (!active[static_cast<std::size_t>(i)]) {
@@ -108,6 +123,9 @@ struct CrossEntropyKernels<CpuBackend> {
   /// dlogits = g_t · (p − (1−ε)·onehot − ε/V) on real columns, 0 on pad columns.
   template <class T>
   static M<T> grad(const M<T>& p, std::span<const std::int64_t> targets, const M<T>& g, Index c0, Index vocab, T eps) {
+    if constexpr (HostHalf<T>)
+      return grad<float>(p.template cast<float>(), targets, g.template cast<float>(), c0, vocab, static_cast<float>(eps))
+          .template cast<T>();
     const Index n = std::clamp<Index>(vocab - c0, 0, p.cols());
     M<T> d = M<T>::Zero(p.rows(), p.cols());
     const T smooth = eps / static_cast<T>(vocab);
@@ -192,7 +210,10 @@ class VocabParallelCrossEntropy {
     }
     const T eps = static_cast<T>(smoothing_coefficient());
     auto l = K::template losses<T>(m, sums.local(), c.active, eps, vocab_);
-    const T mean = c.count > 0 ? l.sum() / static_cast<T>(c.count) : T(0);
+    T mean = T(0);  // 16-bit losses summed in fp32, the mean rounded once
+    if constexpr (HostHalf<T> && std::is_same_v<B, CpuBackend>)
+      mean = c.count > 0 ? static_cast<T>(l.template cast<float>().sum() / float(c.count)) : T(0);
+    else mean = c.count > 0 ? l.sum() / static_cast<T>(c.count) : T(0);
     K::template normalise<T>(e, sums.local());
     c.probs = Logits(std::move(e), logits.rows(), logits.cols(), g);
     const Index count = c.count;

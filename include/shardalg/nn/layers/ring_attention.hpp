@@ -80,7 +80,26 @@ struct RingAttention {
                                    c.head_dim));
   }
 
+  /// 16-bit storage (bf16, fp16) is refused: the online softmax would keep its running sums in
+  /// 16 bits. The message names the element type.
   static Forward forward(Group& g, const CpTokens& tok, const RingAttentionConfig& c, const Mat& q, const Mat& k, const Mat& v) {
+    if constexpr (HostHalf<T>) throw_16bit(g);
+    else return forward_impl(g, tok, c, q, k, v);
+  }
+  static Grads backward(Group& g, const CpTokens& tok, const RingAttentionConfig& c, const Mat& q, const Mat& k, const Mat& v,
+                        const Forward& f, const Mat& dout) {
+    if constexpr (HostHalf<T>) throw_16bit(g);
+    else return backward_impl(g, tok, c, q, k, v, f, dout);
+  }
+
+ private:
+  [[noreturn]] static void throw_16bit(const Group& g) {
+    throw ShapeError(shardalg::detail::cat("ring attention: context parallelism (cp = ", g.size(), ") on ",
+                                           to_string(dtype_of<T>), " elements is not supported: the online softmax would keep ",
+                                           "its running max and sums in 16 bits; use float"));
+  }
+  static Forward forward_impl(Group& g, const CpTokens& tok, const RingAttentionConfig& c, const Mat& q, const Mat& k,
+                              const Mat& v) {
     check(c, tok, q, k, v);
     const Index n = tok.rows(), hq = c.heads, d = c.head_dim;
     const int cp = g.size(), r = g.rank();
@@ -109,8 +128,8 @@ struct RingAttention {
     return f;
   }
 
-  static Grads backward(Group& g, const CpTokens& tok, const RingAttentionConfig& c, const Mat& q, const Mat& k, const Mat& v,
-                        const Forward& f, const Mat& dout) {
+  static Grads backward_impl(Group& g, const CpTokens& tok, const RingAttentionConfig& c, const Mat& q, const Mat& k,
+                             const Mat& v, const Forward& f, const Mat& dout) {
     check(c, tok, q, k, v);
     const Index n = tok.rows(), hq = c.heads, d = c.head_dim, gkv = c.kv_heads();
     const int cp = g.size(), r = g.rank(), next_rank = (r + 1) % cp, prev = (r - 1 + cp) % cp;
