@@ -30,20 +30,46 @@
 // u (default 4: two ulps). Every rule is rigorous, second-order terms included; the bound covers
 // any program that performs the same operations on the same terms — the dense twin's algorithm,
 // in any summation order, with its sums split across ranks — and one that performs fewer
-// roundings (an FMA, a product kept in a wider register). A program that rounds where the dense
-// twin does not (a tensor stored in a narrower format, a partial sum rounded before it is
-// reduced) must say so: `round_to` adds a rounding to a storage format.
+// roundings (an FMA, a product kept in a wider register). A program that stores its tensors in a
+// narrower format (bf16 storage, fp32 arithmetic) says so with a StorageScope: the dense twins
+// round each tensor they materialise to it (storage_round), and each contraction that tensor
+// parallelism splits across ranks as its all-reduce does (partial_round); round_to rounds one value.
 #pragma once
 
 #include <Eigen/Core>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 #include "shardalg/base/errors.hpp"
 #include "shardalg/precision/rounding.hpp"
 
 namespace shardalg::precision {
+
+/// The program a Running bounds, beyond its format F: where it stores tensors narrower than it
+/// computes them (`storage`; none: every tensor kept in F) and over how many tensor-parallel ranks
+/// a split contraction is reduced (`tp`; each rank's partial rounded to storage, then added in rank
+/// order, each add rounded: ThreadComm's and MpiComm's 16-bit all_reduce). Set for a scope on
+/// this thread with StorageScope; the dense twins read it where they store and reduce.
+struct Storage {
+  std::optional<Format> format;
+  int tp = 1;
+};
+inline Storage& current_storage() {
+  static thread_local Storage s;
+  return s;
+}
+class StorageScope {
+ public:
+  explicit StorageScope(Storage s) : saved_(current_storage()) { current_storage() = s; }
+  ~StorageScope() { current_storage() = saved_; }
+  StorageScope(const StorageScope&) = delete;
+  StorageScope& operator=(const StorageScope&) = delete;
+
+ private:
+  Storage saved_;
+};
 
 template <Format F>
 class Running {
@@ -129,6 +155,25 @@ class Running {
   friend Running cosh(const Running& x) {
     const double ex = x.bound();
     return function(std::cosh(x.v_), ex * std::sinh(std::abs(x.v_) + ex));
+  }
+  /// A tensor stored: rounded to the current storage format (nothing when there is none, or it
+  /// holds every value of F).
+  friend Running storage_round(const Running& x) {
+    const auto& st = current_storage();
+    if (!st.format || contains(*st.format, F)) return x;
+    const double e = x.bound(), us = unit_roundoff(*st.format);
+    return closed(x.v_, e + us * (std::abs(x.v_) + e) + underflow_unit(*st.format));
+  }
+  /// A contraction split over tp ranks and all-reduced in the storage format: each rank's partial
+  /// p_r rounded (u_s), the P partials added in rank order with each add rounded (ε = (1 + u)(1 +
+  /// u_s) − 1): E + (u_s + (1 + u_s)·γ_{P−1}(ε))·(a + E) + P·η, a = Σ|terms| ≥ Σ_r |p_r|. Nothing
+  /// for one rank or no narrower storage: the open sum already covers any split of its terms.
+  friend Running partial_round(const Running& x) {
+    const auto& st = current_storage();
+    if (st.tp <= 1 || !st.format || contains(*st.format, F)) return x;
+    const double e = x.bound(), us = unit_roundoff(*st.format), eps = (1.0 + u) * (1.0 + us) - 1.0;
+    const double c = us + (1.0 + us) * gamma(st.tp - 1, eps);
+    return closed(x.v_, e + c * (x.a_ + e) + st.tp * underflow_unit(*st.format));
   }
   friend Running erfc(const Running& x) {
     const double ex = x.bound(), lo = std::max(0.0, std::abs(x.v_) - ex);

@@ -31,6 +31,34 @@ using Index = Eigen::Index;
 template <class S>
 using Same = std::type_identity_t<S>;
 
+// ---- where a program that stores narrower than it computes rounds ------------------------------
+// `stored(m)`: a tensor the program materialises (every output of a kernel); `reduced(m)`: a
+// contraction that tensor parallelism splits across ranks, all-reduced. Both are the identity for
+// double and float. precision::Running supplies storage_round and partial_round (found by ADL):
+// under a precision::StorageScope they add the rounding to bf16 or fp16 storage and the 16-bit
+// all-reduce's. The twin rounds wherever a layer's kernels may store — more often than a fused
+// kernel does, which only loosens the bound.
+template <class S>
+S storage_round(const S& x) {
+  return x;
+}
+template <class S>
+S partial_round(const S& x) {
+  return x;
+}
+template <class S>
+Mat<S> stored(Mat<S> m) {
+  if constexpr (!std::is_arithmetic_v<S>)
+    for (Index i = 0; i < m.size(); ++i) m.data()[i] = storage_round(m.data()[i]);
+  return m;
+}
+template <class S>
+Mat<S> reduced(Mat<S> m) {
+  if constexpr (!std::is_arithmetic_v<S>)
+    for (Index i = 0; i < m.size(); ++i) m.data()[i] = partial_round(m.data()[i]);
+  return m;
+}
+
 template <class S>
 Mat<S> add_row(Mat<S> x, const Mat<Same<S>>& b) {
   for (Index i = 0; i < x.rows(); ++i) x.row(i) += b.row(0);
@@ -42,18 +70,27 @@ Mat<S> colsum(const Mat<S>& x) {
 }
 
 // ---- linear: Y = X·W + b -------------------------------------------------------------------
+/// How tensor parallelism splits a linear layer (Megatron): `column` splits W's columns, so the
+/// backward's dX = dY·Wᵀ is all-reduced; `row` splits its rows, so Y = X·W is all-reduced (and,
+/// under SP, db). Only the roundings of a narrower storage format depend on it.
+enum class Split { none, column, row };
 template <class S>
 struct LinearGradsOf {
   Mat<S> dx, dw, db;
 };
 using LinearGrads = LinearGradsOf<double>;
 template <class S>
-Mat<S> linear(const Mat<S>& x, const Mat<Same<S>>& w, const Mat<Same<S>>& b) {
-  return add_row<S>(x * w, b);
+Mat<S> linear(const Mat<S>& x, const Mat<Same<S>>& w, const Mat<Same<S>>& b, Split split = Split::none) {
+  Mat<S> xw = x * w;
+  if (split == Split::row) xw = reduced<S>(std::move(xw));
+  return stored<S>(add_row<S>(stored<S>(std::move(xw)), b));
 }
 template <class S>
-LinearGradsOf<S> linear_backward(const Mat<S>& x, const Mat<Same<S>>& w, const Mat<Same<S>>& dy) {
-  return {dy * w.transpose(), x.transpose() * dy, colsum<S>(dy)};
+LinearGradsOf<S> linear_backward(const Mat<S>& x, const Mat<Same<S>>& w, const Mat<Same<S>>& dy, Split split = Split::none) {
+  Mat<S> dx = dy * w.transpose(), db = colsum<S>(dy);
+  if (split == Split::column) dx = reduced<S>(std::move(dx));
+  if (split == Split::row) db = reduced<S>(std::move(db));
+  return {stored<S>(std::move(dx)), stored<S>(x.transpose() * dy), stored<S>(std::move(db))};
 }
 
 // ---- activations ------------------------------------------------------------------------------
@@ -126,13 +163,14 @@ MlpOutOf<S> mlp_forward(const MlpOf<S>& m, const Mat<Same<S>>& x) {
       const S h = o.h1(i, j);
       o.a(i, j) = m.act == Act::gelu_tanh ? gelu_tanh(h) : m.act == Act::gelu_erf ? gelu_erf(h) : silu(h) * o.hu(i, j);
     }
-  o.z = linear<S>(o.a, m.w2, m.b2);
+  o.a = stored<S>(std::move(o.a));
+  o.z = linear<S>(o.a, m.w2, m.b2, Split::row);
   return o;
 }
 template <class S>
 MlpGradsOf<S> mlp_backward(const MlpOf<S>& m, const Mat<Same<S>>& x, const MlpOutOf<S>& o, const Mat<Same<S>>& dz) {
   MlpGradsOf<S> g;
-  const auto g2 = linear_backward<S>(o.a, m.w2, dz);
+  const auto g2 = linear_backward<S>(o.a, m.w2, dz, Split::row);
   g.dw2 = g2.dw;
   g.db2 = g2.db;
   Mat<S> dh1(o.h1.rows(), o.h1.cols()), dhu;
@@ -147,12 +185,14 @@ MlpGradsOf<S> mlp_backward(const MlpOf<S>& m, const Mat<Same<S>>& x, const MlpOu
         dhu(i, j) = da * silu(h);
       }
     }
-  const auto g1 = linear_backward<S>(x, m.w1, dh1);
+  dh1 = stored<S>(std::move(dh1));
+  if (m.act == Act::swiglu) dhu = stored<S>(std::move(dhu));
+  const auto g1 = linear_backward<S>(x, m.w1, dh1, Split::column);
   g.dx = g1.dx;
   g.dw1 = g1.dw;
   g.db1 = g1.db;
   if (m.act == Act::swiglu) {
-    const auto gu = linear_backward<S>(x, m.wu, dhu);
+    const auto gu = linear_backward<S>(x, m.wu, dhu, Split::column);
     g.dx += gu.dx;
     g.dwu = gu.dw;
     g.dbu = gu.db;
@@ -196,6 +236,9 @@ NormOutOf<S> norm_forward(const NormOf<S>& n, const Mat<Same<S>>& x) {
       o.y(i, j) = n.center ? o.xhat(i, j) * n.gamma(0, j) + n.beta(0, j) : o.xhat(i, j) * n.gamma(0, j);
     }
   }
+  o.y = stored<S>(std::move(o.y));
+  o.xhat = stored<S>(std::move(o.xhat));
+  o.rstd = stored<S>(Mat<S>(o.rstd));
   return o;
 }
 template <class S>
@@ -216,7 +259,8 @@ NormGradsOf<S> norm_backward(const NormOf<S>& n, const NormOutOf<S>& o, const Ma
       g.dx(i, j) = n.center ? o.rstd(i) * (gj - sg / h - o.xhat(i, j) * sgx / h) : o.rstd(i) * (gj - o.xhat(i, j) * sgx / h);
     }
   }
-  return g;
+  // dγ, dβ: sums over the tokens, split between ranks under sequence parallelism
+  return {stored<S>(std::move(g.dx)), stored<S>(reduced<S>(std::move(g.dgamma))), stored<S>(reduced<S>(std::move(g.dbeta)))};
 }
 
 // ---- causal self-attention with grouped K/V heads -----------------------------------------------------
@@ -278,16 +322,17 @@ AttnOutOf<S> attn_forward(const AttnOf<S>& a, const Mat<Same<S>>& x) {
         for (Index i = 0; i < s; ++i)
           for (Index j = 0; j <= i; ++j) pd(i, j) *= S(attn_drop_factor(a, b, h, i, j));
       r.o.block(b * s, h * d, s, d) = pd * v;
-      r.p.push_back(p);
-      r.pd.push_back(pd);
+      r.p.push_back(stored<S>(std::move(p)));  // what the backward reads
+      r.pd.push_back(stored<S>(std::move(pd)));
     }
-  r.z = linear<S>(r.o, a.wo, a.bo);
+  r.o = stored<S>(std::move(r.o));
+  r.z = linear<S>(r.o, a.wo, a.bo, Split::row);
   return r;
 }
 template <class S>
 AttnGradsOf<S> attn_backward(const AttnOf<S>& a, const Mat<Same<S>>& x, const AttnOutOf<S>& r, const Mat<Same<S>>& dz) {
   AttnGradsOf<S> g;
-  const auto go = linear_backward<S>(r.o, a.wo, dz);
+  const auto go = linear_backward<S>(r.o, a.wo, dz, Split::row);
   g.dwo = go.dw;
   g.dbo = go.db;
   const Index d = a.wq.cols() / a.heads, nb = x.rows() / a.seq, s = a.seq;
@@ -315,7 +360,11 @@ AttnGradsOf<S> attn_backward(const AttnOf<S>& a, const Mat<Same<S>>& x, const At
       dq.block(b * s, h * d, s, d) += ds * k;
       dk.block(b * s, g_ * d, s, d) += ds.transpose() * q;
     }
-  const auto gq = linear_backward<S>(x, a.wq, dq), gk = linear_backward<S>(x, a.wk, dk), gv = linear_backward<S>(x, a.wv, dv);
+  dq = stored<S>(std::move(dq));
+  dk = stored<S>(std::move(dk));
+  dv = stored<S>(std::move(dv));
+  const auto gq = linear_backward<S>(x, a.wq, dq, Split::column), gk = linear_backward<S>(x, a.wk, dk, Split::column),
+             gv = linear_backward<S>(x, a.wv, dv, Split::column);
   g.dx = gq.dx + gk.dx + gv.dx;
   g.dwq = gq.dw;
   g.dbq = gq.db;
@@ -333,7 +382,7 @@ Mat<S> dropout(const Mat<S>& x, double p, std::uint64_t seed, std::uint64_t tens
   for (Index i = 0; i < x.rows(); ++i)
     for (Index j = 0; j < x.cols(); ++j)
       y(i, j) = p > 0 && shardalg::nn::uniform_at(seed, tensor, i, j) < p ? S(0.0) : x(i, j) / S(1.0 - p);
-  return y;
+  return stored<S>(std::move(y));
 }
 
 // ---- pre-LN transformer block ----------------------------------------------------------------------------
@@ -370,10 +419,10 @@ BlockOutOf<S> block_forward(const BlockOf<S>& b, const Mat<Same<S>>& x) {
   BlockOutOf<S> o;
   o.l1 = norm_forward(b.ln1, x);
   o.a = attn_forward(b.attn, o.l1.y);
-  o.y1 = x + dropout<S>(o.a.z, b.p, b.seed, b.drop_attn);
+  o.y1 = stored<S>(x + dropout<S>(o.a.z, b.p, b.seed, b.drop_attn));
   o.l2 = norm_forward(b.ln2, o.y1);
   o.m = mlp_forward(b.mlp, o.l2.y);
-  o.y = o.y1 + dropout<S>(o.m.z, b.p, b.seed, b.drop_mlp);
+  o.y = stored<S>(o.y1 + dropout<S>(o.m.z, b.p, b.seed, b.drop_mlp));
   return o;
 }
 template <class S>
@@ -381,10 +430,10 @@ BlockGradsOf<S> block_backward(const BlockOf<S>& b, const Mat<Same<S>>& x, const
   BlockGradsOf<S> g;
   g.mlp = mlp_backward(b.mlp, o.l2.y, o.m, dropout<S>(dy, b.p, b.seed, b.drop_mlp));
   g.ln2 = norm_backward(b.ln2, o.l2, g.mlp.dx);
-  const Mat<S> dy1 = dy + g.ln2.dx;
+  const Mat<S> dy1 = stored<S>(dy + g.ln2.dx);
   g.attn = attn_backward(b.attn, o.l1.y, o.a, dropout<S>(dy1, b.p, b.seed, b.drop_attn));
   g.ln1 = norm_backward(b.ln1, o.l1, g.attn.dx);
-  g.dx = dy1 + g.ln1.dx;
+  g.dx = stored<S>(dy1 + g.ln1.dx);
   (void)x;
   return g;
 }
