@@ -218,10 +218,20 @@ class Sgd {
 
 /// Adam (AdamW with weight_decay > 0): the two moments of each parameter are blocks the shape of
 /// its local block, so a sharded parameter's optimizer state is sharded the same way.
+///
+/// 16-bit parameters (bf16, fp16) on the CPU train in mixed precision: the moments and a master
+/// copy of each weight are fp32 (2 + 2 + 12 bytes per parameter with the 16-bit gradient); the
+/// update runs on the master with the gradient widened, and the weight is the master rounded. A
+/// weight changed from outside (a load) re-seeds its master at the next update.
 template <Element T, class B = CpuBackend>
 class Adam {
+  static constexpr bool mixed = HostHalf<T> && std::is_same_v<B, CpuBackend>;
+
  public:
   using Mat = typename B::template matrix<T>;
+  /// The element type of the state: fp32 for 16-bit parameters, T otherwise.
+  using State = std::conditional_t<mixed, float, T>;
+  using StateMat = typename B::template matrix<State>;
   struct Options {
     double lr = 1e-3;
     double beta1 = 0.9;
@@ -230,7 +240,8 @@ class Adam {
     double weight_decay = 0.0;
   };
   struct Moments {
-    Mat m, v;
+    StateMat m, v;
+    StateMat master;  // the fp32 weight of a 16-bit parameter; empty otherwise
   };
   explicit Adam(Options o = {}) : opt_(o) {
     if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1))
@@ -259,14 +270,27 @@ class Adam {
       auto it = state_.find(info.name);
       if (it == state_.end())
         it = state_
-                 .emplace(info.name, Moments{B::template zeros<T>(w.local_rows(), w.local_cols()),
-                                             B::template zeros<T>(w.local_rows(), w.local_cols())})
+                 .emplace(info.name, Moments{B::template zeros<State>(w.local_rows(), w.local_cols()),
+                                             B::template zeros<State>(w.local_rows(), w.local_cols()), StateMat()})
                  .first;
       const double c1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(step_));
       const double c2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(step_));
-      OptimKernels<B>::template adam<T>(w.local(), g.local(), it->second.m, it->second.v, T(scale), T(opt_.lr),
-                                        T(opt_.beta1), T(opt_.beta2), T(opt_.eps),
-                                        T(info.decay ? opt_.weight_decay : 0.0), T(c1), T(c2));
+      const auto k = [&](auto& p, const auto& grad) {
+        using S = typename std::decay_t<decltype(p)>::Scalar;
+        OptimKernels<B>::template adam<S>(p, grad, it->second.m, it->second.v, S(scale), S(opt_.lr), S(opt_.beta1),
+                                          S(opt_.beta2), S(opt_.eps), S(info.decay ? opt_.weight_decay : 0.0), S(c1),
+                                          S(c2));
+      };
+      if constexpr (mixed) {
+        StateMat& master = it->second.master;
+        if (master.rows() != w.local_rows() || master.cols() != w.local_cols() ||
+            !(master.template cast<T>().array() == w.local().array()).all())
+          master = w.local().template cast<float>();
+        k(master, g.local().template cast<float>().eval());
+        w.local() = master.template cast<T>();
+      } else {
+        k(w.local(), g.local());
+      }
     }
   }
 

@@ -152,7 +152,8 @@ MemoryReport measure_memory(Gpt<T, B>& model, Adam<T, B>& opt, std::span<const s
     r.parameter_count += static_cast<double>(w.local().rows()) * static_cast<double>(w.local().cols());
   });
   model.step(opt, max_grad_norm);
-  for (const auto& [name, m] : opt.state()) r.optimizer.measured_bytes += matrix_bytes(m.m) + matrix_bytes(m.v);
+  for (const auto& [name, m] : opt.state())
+    r.optimizer.measured_bytes += matrix_bytes(m.m) + matrix_bytes(m.v) + matrix_bytes(m.master);
 
   r.playbook_parameter_count = cost::playbook_parameters(c.hidden, c.vocab, c.layers);
   r.playbook_parameter_count_per_rank = r.playbook_parameter_count / tp;
