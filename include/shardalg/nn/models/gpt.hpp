@@ -269,7 +269,7 @@ class Gpt {
     visit_params([&](const ParamInfo& i, const TensorMap& m, auto& w) {
       if constexpr (has_moments<Opt>) {
         if (!in.count("m." + m.parts.at(0))) return;
-        opt.state()[i.name] = {remap(w, m, "m.", in).local(), remap(w, m, "v.", in).local()};
+        opt.state()[i.name] = {remap(w, m, "m.", in).local(), remap(w, m, "v.", in).local(), {}};
       } else {
         if (!in.count("momentum." + m.parts.at(0))) return;
         opt.state()[i.name] = remap(w, m, "momentum.", in).local();
