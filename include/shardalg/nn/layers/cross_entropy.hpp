@@ -72,7 +72,47 @@ struct CrossEntropyKernels<CpuBackend> {
     if constexpr (HostHalf<T>) {
       const auto [e, s] = exp_and_sums<float>(x.template cast<float>(), m.template cast<float>(), targets, c0, vocab, k);
       return {e.template cast<T>(), s.template cast<T>()};
+    } else {
+      return exp_and_sums_fp(x, m, targets, c0, vocab, k);
     }
+  }
+
+  /// p = e / Σe, row by row, in place.
+  template <class T>
+  static void normalise(M<T>& e, const M<T>& sums) {
+    if constexpr (HostHalf<T>) {
+      M<float> ef = e.template cast<float>();
+      normalise<float>(ef, sums.template cast<float>());
+      e = ef.template cast<T>();
+    } else {
+      for (Index i = 0; i < e.rows(); ++i) e.row(i) /= sums(i, 0);
+    }
+  }
+
+  /// [T, 1] losses from the reduced statistics; 0 where `active` is false.
+  template <class T>
+  static M<T> losses(const M<T>& m, const M<T>& sums, const std::vector<char>& active, T eps, Index vocab) {
+    if constexpr (HostHalf<T>)
+      return losses<float>(m.template cast<float>(), sums.template cast<float>(), active, static_cast<float>(eps), vocab)
+          .template cast<T>();
+    else
+      return losses_fp(m, sums, active, eps, vocab);
+  }
+
+  /// dlogits = g_t · (p − (1−ε)·onehot − ε/V) on real columns, 0 on pad columns.
+  template <class T>
+  static M<T> grad(const M<T>& p, std::span<const std::int64_t> targets, const M<T>& g, Index c0, Index vocab, T eps) {
+    if constexpr (HostHalf<T>)
+      return grad<float>(p.template cast<float>(), targets, g.template cast<float>(), c0, vocab, static_cast<float>(eps))
+          .template cast<T>();
+    else
+      return grad_fp(p, targets, g, c0, vocab, eps);
+  }
+
+ private:
+  template <class T>
+  static std::pair<M<T>, M<T>> exp_and_sums_fp(const M<T>& x, const M<T>& m, std::span<const std::int64_t> targets,
+                                               Index c0, Index vocab, int k) {
     const Index n = std::clamp<Index>(vocab - c0, 0, x.cols());
     M<T> e = M<T>::Zero(x.rows(), x.cols());
     M<T> s = M<T>::Zero(x.rows(), k);
@@ -88,24 +128,8 @@ struct CrossEntropyKernels<CpuBackend> {
     return {std::move(e), std::move(s)};
   }
 
-  /// p = e / Σe, row by row, in place.
   template <class T>
-  static void normalise(M<T>& e, const M<T>& sums) {
-    if constexpr (HostHalf<T>) {
-      M<float> ef = e.template cast<float>();
-      normalise<float>(ef, sums.template cast<float>());
-      e = ef.template cast<T>();
-      return;
-    }
-    for (Index i = 0; i < e.rows(); ++i) e.row(i) /= sums(i, 0);
-  }
-
-  /// [T, 1] losses from the reduced statistics; 0 where `active` is false.
-  template <class T>
-  static M<T> losses(const M<T>& m, const M<T>& sums, const std::vector<char>& active, T eps, Index vocab) {
-    if constexpr (HostHalf<T>)
-      return losses<float>(m.template cast<float>(), sums.template cast<float>(), active, static_cast<float>(eps), vocab)
-          .template cast<T>();
+  static M<T> losses_fp(const M<T>& m, const M<T>& sums, const std::vector<char>& active, T eps, Index vocab) {
     M<T> l(m.rows(), 1);
     for (Index i = 0; i < m.rows(); ++i) {
       if (!active[static_cast<std::size_t>(i)]) {
@@ -120,12 +144,8 @@ struct CrossEntropyKernels<CpuBackend> {
     return l;
   }
 
-  /// dlogits = g_t · (p − (1−ε)·onehot − ε/V) on real columns, 0 on pad columns.
   template <class T>
-  static M<T> grad(const M<T>& p, std::span<const std::int64_t> targets, const M<T>& g, Index c0, Index vocab, T eps) {
-    if constexpr (HostHalf<T>)
-      return grad<float>(p.template cast<float>(), targets, g.template cast<float>(), c0, vocab, static_cast<float>(eps))
-          .template cast<T>();
+  static M<T> grad_fp(const M<T>& p, std::span<const std::int64_t> targets, const M<T>& g, Index c0, Index vocab, T eps) {
     const Index n = std::clamp<Index>(vocab - c0, 0, p.cols());
     M<T> d = M<T>::Zero(p.rows(), p.cols());
     const T smooth = eps / static_cast<T>(vocab);
