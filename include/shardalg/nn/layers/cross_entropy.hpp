@@ -257,6 +257,14 @@ class VocabParallelCrossEntropy {
       if (c.active[static_cast<std::size_t>(i)]) gt(i, 0) = scale / static_cast<T>(c.count);
     return grad(c, gt);
   }
+  /// d(loss_scale · mean)/dlogits[C], scale / count formed in double and rounded once (a loss
+  /// scale such as 2^16 is not an fp16 value; its quotient by the token count usually is). Local.
+  [[nodiscard]] Logits backward_mean_scaled(const Cache& c, double loss_scale) const {
+    typename B::template matrix<T> gt = B::template zeros<T>(c.probs.rows(), 1);
+    for (Index i = 0; i < gt.rows(); ++i)
+      if (c.active[static_cast<std::size_t>(i)]) gt(i, 0) = static_cast<T>(loss_scale / static_cast<double>(c.count));
+    return grad(c, gt);
+  }
 
  private:
   Logits grad(const Cache& c, const typename B::template matrix<T>& gt) const {

@@ -41,6 +41,7 @@
 #include "shardalg/nn/layers/cache_bytes.hpp"
 #include "shardalg/nn/layers/cross_entropy.hpp"
 #include "shardalg/nn/layers/embedding.hpp"
+#include "shardalg/nn/optim/loss_scaler.hpp"
 #include "shardalg/nn/optim/optim.hpp"
 #include "shardalg/nn/layers/sp_block.hpp"
 #include "shardalg/nn/models/gpt_params.hpp"
@@ -211,6 +212,20 @@ class Gpt {
   /// every parameter. Returns the global gradient norm before clipping.
   template <class Opt>
   double step(Opt& opt, double max_grad_norm = 0.0);
+  /// The same with dynamic loss scaling (nn/optim/loss_scaler.hpp): the gradients hold
+  /// loss_scale()·dL/dθ; a non-finite norm skips the step and shrinks the scale, otherwise the
+  /// update divides by the scale (the clip sees the unscaled norm, which is returned). Sets the
+  /// loss scale of the next forward_backward to scaler.scale(). The model's loss scale must be
+  /// the scaler's at the call: ShapeError naming both.
+  template <class Opt>
+  double step(Opt& opt, double max_grad_norm, LossScaler& scaler);
+  /// The factor the loss gradient is multiplied by in forward_backward (1: no scaling); > 0 and finite.
+  void set_loss_scale(double s) {
+    if (!(s > 0 && std::isfinite(s)))
+      throw ShapeError(shardalg::detail::cat("Gpt: loss scale ", s, " must be positive and finite"));
+    loss_scale_ = s;
+  }
+  [[nodiscard]] double loss_scale() const { return loss_scale_; }
 
   /// f(info, parameter, gradient&) with the gradient mutable (data parallelism writes the reduced
   /// gradient back: nn/models/data_parallel.hpp). Needs gradients.
@@ -341,7 +356,7 @@ class Gpt {
             std::as_const(l));
     // ---- backward
     auto bwd = scope("bwd");
-    auto dz = loss_.backward_mean(l.cache);  // local
+    auto dz = loss_scale_ == 1.0 ? loss_.backward_mean(l.cache) : loss_.backward_mean_scaled(l.cache, loss_scale_);  // local
     auto hg = stages::head_backward<sp>(emb_, group_, head.cache, dz);
     finite("backward: head input gradient", hg.dx);
     auto fg = final_.backward(fn.cache, hg.dx);
@@ -488,6 +503,7 @@ class Gpt {
   long step_ = 0;
   long skipped_ = 0;
   bool last_skipped_ = false;
+  double loss_scale_ = 1.0;
   bool check_finite_ = false;
   bool measure_ = false;  // measure_activations
   ActivationTerms held_;
@@ -569,6 +585,31 @@ double Gpt<T, B>::step(Opt& opt, double max_grad_norm) {
     visit([&](const ParamInfo& info, auto& w, const auto& g) { opt.update(info, w, g, scale); });
     grads_.reset();
     ++step_;
+    return norm;
+  }
+
+template <Element T, class B>
+template <class Opt>
+double Gpt<T, B>::step(Opt& opt, double max_grad_norm, LossScaler& scaler) {
+    if (!grads_) throw ShapeError("Gpt: step() without gradients; call forward_backward first");
+    if (loss_scale_ != scaler.scale())
+      throw ShapeError(shardalg::detail::cat("Gpt: the gradients were made at loss scale ", loss_scale_,
+                                             ", the scaler's is ", scaler.scale(), "; set_loss_scale(scaler.scale()) before forward_backward"));
+    GradNorm gn;
+    visit([&](const ParamInfo& info, auto&, const auto& g) { gn.add(info, g); });
+    const double s = loss_scale_, norm = gn.finish() / s;
+    last_skipped_ = !std::isfinite(norm);
+    scaler.update(last_skipped_);
+    if (last_skipped_) {  // an overflow: nothing applied, the scale backed off
+      ++skipped_;
+    } else {
+      const double scale = clip_factor(norm, max_grad_norm) / s;
+      opt.begin_step();
+      visit([&](const ParamInfo& info, auto& w, const auto& g) { opt.update(info, w, g, scale); });
+      ++step_;
+    }
+    grads_.reset();
+    loss_scale_ = scaler.scale();
     return norm;
   }
 
