@@ -5,7 +5,7 @@
 
 #include <doctest/doctest.h>
 
-#include "cases.hpp"
+#include "case_instances.hpp"  // the cases, compiled in test_layers_{double,float}.cpp
 #include "cp_cases.hpp"
 #include "shardalg/comm/mpi.hpp"
 
