@@ -21,6 +21,7 @@
 // the warm-up), which this figure includes; the pool's bytes in use and peak are printed.
 // Without a GPU the binary says why and exits 0.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -113,10 +114,12 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 2; ++i) step();  // warm-up: cuBLAS heuristics, first allocations
   cuda::current().synchronize();
   cuda::reset_memory_peak();
-  std::vector<double> ms;
+  std::vector<double> ms, host_ms;  // host_ms: the host's time to issue one step (no GPU wait in it)
   for (int i = 0; i < iters; ++i) {
     SHARDALG_CUDA_CHECK(cudaEventRecord(a, cuda::current_stream()));
+    const auto t0 = std::chrono::steady_clock::now();
     step();
+    host_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     SHARDALG_CUDA_CHECK(cudaEventRecord(b, cuda::current_stream()));
     SHARDALG_CUDA_CHECK(cudaEventSynchronize(b));
     float t = 0;
@@ -130,6 +133,9 @@ int main(int argc, char** argv) {
               static_cast<double>(mem.in_use) / (1 << 20), static_cast<double>(mem.peak) / (1 << 20),
               static_cast<double>(mem.reserved) / (1 << 20));
   std::sort(ms.begin(), ms.end());
+  std::sort(host_ms.begin(), host_ms.end());
+  std::printf("host: median %.3f ms to issue one forward + backward (the GPU waits on the host when this nears the step)\n",
+              host_ms[host_ms.size() / 2]);
   const double med = ms[ms.size() / 2];
   const double tflops = flop / (med * 1e-3) / 1e12;
   std::printf("forward + backward: median %.3f ms over %d iterations (min %.3f, max %.3f)\n", med, iters, ms.front(),
