@@ -242,11 +242,76 @@ void fused_match_cpu() {
     check("norm_backward dX", g.dx, gc.dx);
     check("norm_backward dgamma", g.dgamma, gc.dgamma);
     check("norm_backward dbeta", g.dbeta, gc.dbeta);
+    for (const bool center : {true, false}) {
+      const auto bg = dev<T>(b);
+      const auto f = FG::norm_forward(dev<T>(x), dev<T>(gamma), center ? &bg : nullptr, static_cast<T>(1e-5), center);
+      const auto fc = FC::norm_forward(x, gamma, center ? &b : nullptr, 1e-5, center);
+      check(center ? "norm_forward y (LayerNorm)" : "norm_forward y (RMSNorm)", f.y, fc.y);
+      check("norm_forward xhat", f.xhat, fc.xhat);
+      check("norm_forward rstd", f.rstd, fc.rstd);
+    }
     check("dropout_add", FG::dropout_add(dev<T>(x), dev<T>(y), 0.3, 77, 5, 9, 120),
           FC::dropout_add(x, y, 0.3, 77, 5, 9, 120));
+    const MD yb = y.rowwise() + b.row(0);  // z + b, then the dropout and the residual
+    for (const double p : {0.3, 0.0})
+      check(p > 0 ? "bias_dropout_add" : "bias_dropout_add, p = 0",
+            FG::bias_dropout_add(dev<T>(x), dev<T>(y), dev<T>(b), p, 77, 5, 9, 121), FC::dropout_add(x, yb, p, 77, 5, 9, 121));
   }
 }
+
+/// Largest |a − b| in units of the bf16 spacing at max(|a|, |b|) (2⁻⁷ of its binade).
+double bf16_ulps(const MD& a, const MD& b) {
+  double worst = 0;
+  for (Index i = 0; i < a.rows(); ++i)
+    for (Index j = 0; j < a.cols(); ++j) {
+      const double m = std::max(std::abs(a(i, j)), std::abs(b(i, j)));
+      if (m == 0) continue;
+      const double spacing = std::ldexp(1.0, std::ilogb(m) - 7);
+      worst = std::max(worst, std::abs(a(i, j) - b(i, j)) / spacing);
+    }
+  return worst;
+}
 }  // namespace
+
+// The bf16 passes of Fused<CudaBackend> (one kernel per row for the norms; 16-byte accesses in
+// act_grad) against the unfused composition on the same device (FusedComposed<CudaBackend>:
+// Kernels<CudaBackend>'s row_mean_var + norm_apply, norm_grad_sums + norm_grad_apply + zip, map +
+// zip). The norms do the same arithmetic in the same order, so they agree to the last bit unless the
+// compiler contracts a multiply-add differently (1 ulp); the composed act_grad rounds GeLU′(H) to
+// bf16 before the product, one rounding more (2 ulps).
+TEST_CASE("cuda: the fused bf16 norm and activation passes equal the unfused composition on the device") {
+  using FK = nn::FusedComposed<CudaBackend>;
+  for (const auto& shape : {std::pair<Index, Index>{13, 40}, {1031, 96}, {7, 13}, {64, 4096}}) {
+    const Index R = shape.first, C = shape.second;
+    CAPTURE(R);
+    CAPTURE(C);
+    const MD x = input<bf16>(R, C, 21, -0.5, 1.5), dy = input<bf16>(R, C, 22), gamma = input<bf16>(1, C, 23, 0.75, 1.25),
+             beta = input<bf16>(1, C, 24), res = input<bf16>(R, C, 25), h = input<bf16>(R, C, 26, -3, 3);
+    const auto xd = dev<bf16>(x), gd = dev<bf16>(gamma), bd = dev<bf16>(beta), dyd = dev<bf16>(dy), rd = dev<bf16>(res);
+    for (const bool center : {true, false}) {
+      CAPTURE(center);
+      const bf16 eps = static_cast<bf16>(1e-5f);
+      const auto f = FG::norm_forward(xd, gd, center ? &bd : nullptr, eps, center);
+      const auto u = FK::norm_forward(xd, gd, center ? &bd : nullptr, eps, center);
+      CHECK(bf16_ulps(back(f.y), back(u.y)) <= 1);
+      CHECK(bf16_ulps(back(f.xhat), back(u.xhat)) <= 1);
+      CHECK(bf16_ulps(back(f.rstd), back(u.rstd)) == 0);
+      for (const bool with_residual : {true, false}) {
+        const auto g = FG::norm_backward(dyd, u.xhat, gd, u.rstd, center, true, with_residual ? &rd : nullptr);
+        const auto gu = FK::norm_backward(dyd, u.xhat, gd, u.rstd, center, true, with_residual ? &rd : nullptr);
+        CHECK(bf16_ulps(back(g.dx), back(gu.dx)) <= 1);
+        CHECK(bf16_ulps(back(g.dbeta), back(gu.dbeta)) == 0);
+      }
+    }
+    for (const auto act : {nn::Activation::gelu_tanh, nn::Activation::gelu_erf}) {
+      const auto hd = dev<bf16>(h);
+      cuda::DeviceMatrix<bf16>* no_db = nullptr;
+      const auto a = FG::act_grad(hd, dev<bf16>(dy), act, no_db);
+      const auto au = FK::act_grad(hd, dev<bf16>(dy), act, no_db);
+      CHECK(bf16_ulps(back(a), back(au)) <= 2);
+    }
+  }
+}
 
 TEST_CASE_TEMPLATE("cuda: nn::Fused<CudaBackend> equals nn::Fused<CpuBackend> (double reference)", T, float, double) {
   fused_match_cpu<T>();
@@ -388,7 +453,7 @@ TEST_CASE("cuda: the dropout mask is the CPU's Philox mask bit for bit (offsets,
   Index mismatches = 0, kept = 0;
   for (Index i = 0; i < R; ++i)
     for (Index j = 0; j < C; ++j) {
-      const bool keep = nn::uniform_at(seed, tensor, r0 + i, c0 + j) >= p;
+      const bool keep = nn::dropout_uniform(seed, tensor, r0 + i, c0 + j) >= p;
       kept += keep;
       mismatches += yf(i, j) != (keep ? static_cast<double>(keep_f) : 0.0);
       mismatches += yb(i, j) != (keep ? keep_b : 0.0);

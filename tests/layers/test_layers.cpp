@@ -43,6 +43,33 @@ TEST_CASE("index-keyed uniform and normal: range and moments") {
   CHECK(nn::uniform_at(7, 3, 1, 2) != nn::uniform_at(7, 3, 2, 1));
 }
 
+TEST_CASE("dropout uniform: word col mod 4 of the Philox block at column col / 4; range and moments") {
+  // The definition, written out: counter (col / 4, row, tensor lo, tensor hi), key = seed.
+  const std::uint64_t seed = 0x123456789abcdefULL, tensor = 0x1f00000011ULL;
+  for (Index row : {Index{0}, Index{5}, Index{70000}})
+    for (Index col = 0; col < 9; ++col) {
+      const auto w = nn::philox4x32_10({static_cast<std::uint32_t>(col / 4), static_cast<std::uint32_t>(row),
+                                        static_cast<std::uint32_t>(tensor), static_cast<std::uint32_t>(tensor >> 32)},
+                                       {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)});
+      CHECK(nn::dropout_uniform(seed, tensor, row, col) == std::ldexp(double(w[std::size_t(col % 4)]), -32));
+    }
+  double su = 0;
+  int n = 0, low = 0;
+  for (Index i = 0; i < 100; ++i)
+    for (Index j = 0; j < 200; ++j, ++n) {
+      const double u = nn::dropout_uniform(7, 3, i, j);
+      CHECK((u >= 0.0 && u < 1.0));
+      su += u;
+      low += u < 0.25;
+    }
+  CHECK(std::abs(su / n - 0.5) < 0.01);
+  CHECK(std::abs(low / double(n) - 0.25) < 0.01);
+  // Neighbouring columns draw different words of one block; neighbouring blocks differ.
+  CHECK(nn::dropout_uniform(7, 3, 1, 4) != nn::dropout_uniform(7, 3, 1, 5));
+  CHECK(nn::dropout_uniform(7, 3, 1, 4) != nn::dropout_uniform(7, 3, 1, 0));
+  CHECK(nn::dropout_uniform(7, 3, 1, 4) != nn::dropout_uniform(7, 4, 1, 4));
+}
+
 TEST_CASE("dense reference gradients agree with central finite differences") {
   using ref::M;
   constexpr double kFd = 1e-6;
@@ -223,7 +250,7 @@ TEST_CASE_TEMPLATE("causal attention kernel across query tiles equals the per-he
               for (Index c = 0; c <= i; ++c) {
                 p(i, c) /= den;
                 const Index grow = ((drop.batch0 + b) * drop.heads + drop.head0 + head) * n + i;
-                f(i, c) = prob == 0 ? 1.0 : nn::uniform_at(7, 11, grow, c) < prob ? 0.0 : 1.0 / (1.0 - prob);
+                f(i, c) = prob == 0 ? 1.0 : nn::dropout_uniform(7, 11, grow, c) < prob ? 0.0 : 1.0 / (1.0 - prob);
               }
             }
             probs.block(((b * s.units + u) * s.q_per_unit + j) * n, 0, n, n) = p;

@@ -64,7 +64,7 @@ struct AttnDropout {
   template <class T>
   [[nodiscard]] T factor(Index b, Index k, Index seq, Index i, Index j) const {
     const Index row = ((batch0 + b) * heads + head0 + k) * seq + i;
-    return uniform_at(seed, tensor, row, j) >= p ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+    return dropout_uniform(seed, tensor, row, j) >= p ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
   }
 };
 

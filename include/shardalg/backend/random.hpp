@@ -4,7 +4,9 @@
 //
 //     philox4x32_10(counter = (col, row, tensor lo, tensor hi), key = seed)
 //
-// of a *logical, global* index: (seed, tensor id, global row, global column). No generator state
+// of a *logical, global* index: (seed, tensor id, global row, global column) — weights at
+// uniform_at / normal_at (two words per element); dropout masks at dropout_uniform (one word per
+// element, four neighbouring columns per Philox block: counter column col / 4). No generator state
 // is carried, nothing depends on the rank or the world size, so
 //   - each rank generates exactly its own shard, without materialising the master weight;
 //   - the model at TP=k equals the model at TP=1 bit for bit;
@@ -65,6 +67,15 @@ constexpr double unit53(std::uint32_t hi, std::uint32_t lo) {
 constexpr double uniform_at(std::uint64_t seed, std::uint64_t tensor, Index row, Index col) {
   const auto w = index_bits(seed, tensor, row, col);
   return detail::unit53(w[0], w[1]);
+}
+
+/// The dropout masks' uniform in [0, 1) at (seed, tensor, row, col): one Philox4x32-10 block serves
+/// four neighbouring columns — counter (col / 4, row, tensor), word col mod 4, u = word · 2⁻³². A
+/// function of the global index as uniform_at is (so the mask is the same for every layout and
+/// world size), at a quarter of the Philox work: a device kernel draws four columns per block.
+constexpr double dropout_uniform(std::uint64_t seed, std::uint64_t tensor, Index row, Index col) {
+  const auto w = index_bits(seed, tensor, row, col >> 2);
+  return static_cast<double>(w[static_cast<std::size_t>(col & 3)]) * 0x1.0p-32;
 }
 
 /// Standard normal at (seed, tensor, row, col), by Box–Muller on two 53-bit uniforms.

@@ -293,7 +293,7 @@ using AttnGrads = AttnGradsOf<double>;
 template <class S>
 double attn_drop_factor(const AttnOf<S>& a, Index b, Index h, Index i, Index j) {
   const Index row = ((a.batch0 + b) * a.heads + h) * a.seq + i;
-  return shardalg::nn::uniform_at(a.seed, a.tensor, row, j) < a.p ? 0.0 : 1.0 / (1.0 - a.p);
+  return shardalg::nn::dropout_uniform(a.seed, a.tensor, row, j) < a.p ? 0.0 : 1.0 / (1.0 - a.p);
 }
 template <class S>
 AttnOutOf<S> attn_forward(const AttnOf<S>& a, const Mat<Same<S>>& x) {
@@ -381,7 +381,7 @@ Mat<S> dropout(const Mat<S>& x, double p, std::uint64_t seed, std::uint64_t tens
   Mat<S> y(x.rows(), x.cols());
   for (Index i = 0; i < x.rows(); ++i)
     for (Index j = 0; j < x.cols(); ++j)
-      y(i, j) = p > 0 && shardalg::nn::uniform_at(seed, tensor, i, j) < p ? S(0.0) : x(i, j) / S(1.0 - p);
+      y(i, j) = p > 0 && shardalg::nn::dropout_uniform(seed, tensor, i, j) < p ? S(0.0) : x(i, j) / S(1.0 - p);
   return stored<S>(std::move(y));
 }
 

@@ -191,7 +191,7 @@ struct Fused<CpuBackend> {
     const T scale = static_cast<T>(1.0 / (1.0 - p));
     for (Index i = 0; i < x.rows(); ++i)
       for (Index j = 0; j < x.cols(); ++j)
-        y(i, j) = x(i, j) + (uniform_at(seed, tensor, r0 + i, c0 + j) >= p ? opaque(z(i, j) * scale) : T(0));
+        y(i, j) = x(i, j) + (dropout_uniform(seed, tensor, r0 + i, c0 + j) >= p ? opaque(z(i, j) * scale) : T(0));
     return y;
   }
 

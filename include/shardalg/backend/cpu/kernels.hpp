@@ -214,7 +214,7 @@ struct Kernels<CpuBackend> {
     M<T> y(x.rows(), x.cols());
     for (Index i = 0; i < x.rows(); ++i)
       for (Index j = 0; j < x.cols(); ++j)
-        y(i, j) = uniform_at(seed, tensor, r0 + i, c0 + j) >= p ? x(i, j) * scale : T(0);
+        y(i, j) = dropout_uniform(seed, tensor, r0 + i, c0 + j) >= p ? x(i, j) * scale : T(0);
     return y;
   }
 

@@ -6,10 +6,15 @@
 //                               the activation reads it, as the unfused add_row then map
 //   act_grad(H, dA, GeLU, db)   dH = dA ⊙ GeLU′(H) in one kernel (one rounding, not two); db = Σ_rows dH
 //                               by the two-pass column sum (backend.hpp, col_sum_into)
-//   norm_backward(…)            dγ = Σ_rows dY ⊙ x̂ summed while the product is formed (no [rows, n]
-//                               product block); dβ = Σ_rows dY; dX as Kernels<CudaBackend>
-//   dropout_add(X, Z, p, …)     X + dropout(Z) in one kernel, the mask nn::uniform_at at the global
-//                               index (the CPU's bit for bit, as Kernels<CudaBackend>::dropout)
+//   norm_forward(x, γ, β)       the row's statistics and x̂, y in one kernel per row (the row read
+//                               from DRAM once; the arithmetic of row_mean_var + norm_apply)
+//   norm_backward(…)            dX (+ the residual cotangent R) in one kernel per row; dγ = Σ_rows
+//                               dY ⊙ x̂ summed while the product is formed (no [rows, n] product
+//                               block); dβ = Σ_rows dY
+//   dropout_add(X, Z, p, …)     X + dropout(Z) in one kernel, the mask nn::dropout_uniform at the
+//                               global index (the CPU's bit for bit, as Kernels<CudaBackend>::dropout)
+//   bias_dropout_add(X, Z, b, …) X + dropout(Z + b): a row-parallel layer's output bias (after its
+//                               reduction) in the same kernel (nn::Dropout::forward_bias_add)
 //
 // And, beyond the generic contract, the passes folded into the GEMMs themselves (cuBLASLt
 // epilogues, lt_gemm.hpp), which the linear layers take when a backend's Fused offers them
@@ -21,7 +26,7 @@
 //
 // SHARDALG_CUDA_EPILOGUES=off turns them off (to compare). 16-bit storage only.
 //
-// SwiGLU and the norms' forward keep the Kernels<CudaBackend> path (already one kernel each).
+// SwiGLU keeps the Kernels<CudaBackend> path (already one kernel).
 // Arithmetic in acc_t<T> (float for the 16-bit types); each stored value rounded to T once.
 // Needs nvcc.
 #pragma once
@@ -61,16 +66,111 @@ __global__ void act_grad(const T* __restrict__ h, const T* __restrict__ da, T* _
   using A = acc_t<T>;
   SHARDALG_GRID_STRIDE(i, n) dh[i] = from_compute<T>(static_cast<A>(to_compute(da[i])) * grad(static_cast<A>(to_compute(h[i]))));
 }
-/// y := round(x + mask · z · scale), mask(i, j) = [uniform_at(seed, tensor, r0 + i, c0 + j) ≥ p].
+/// y := round(x + mask · z′ · scale), mask(i, j) = [dropout_uniform(seed, tensor, r0 + i, c0 + j) ≥ p]
+/// (nn_kernels::for_dropout_quads: one Philox block per four columns); z′ = z, or with a bias row b
+/// z′ = round(z + b[j]) (the add_row it replaces).
 template <class T>
-__global__ void dropout_add(const T* __restrict__ x, const T* __restrict__ z, T* __restrict__ y, std::size_t rows,
-                            std::size_t cols, double p, acc_t<T> scale, std::uint64_t seed, std::uint64_t tensor,
-                            Index r0, Index c0) {
+__global__ void dropout_add(const T* __restrict__ x, const T* __restrict__ z, const T* __restrict__ b,
+                            T* __restrict__ y, std::size_t rows, std::size_t cols, double p, acc_t<T> scale,
+                            std::uint64_t seed, std::uint64_t tensor, Index r0, Index c0) {
   using A = acc_t<T>;
-  SHARDALG_ROWS_COLS(i, j, rows, cols) {
+  nn_kernels::for_dropout_quads(rows, cols, r0, c0, p, seed, tensor, [&](std::size_t i, std::size_t j, bool keep) {
     const std::size_t idx = i * cols + j;
-    const bool keep = nn::uniform_at(seed, tensor, r0 + static_cast<Index>(i), c0 + static_cast<Index>(j)) >= p;
-    y[idx] = from_compute<T>(static_cast<A>(to_compute(x[idx])) + (keep ? static_cast<A>(to_compute(z[idx])) * scale : A(0)));
+    const A zv = b ? static_cast<A>(to_compute(from_compute<T>(to_compute(z[idx]) + to_compute(b[j]))))
+                   : static_cast<A>(to_compute(z[idx]));
+    y[idx] = from_compute<T>(static_cast<A>(to_compute(x[idx])) + (keep ? zv * scale : A(0)));
+  });
+}
+
+// ---- the norms, one block per row (kThreads threads): the row read from DRAM once ------------
+//
+// The same arithmetic as Kernels<CudaBackend>'s row_mean_var + norm_apply and norm_grad_sums +
+// norm_grad_apply (+ zip): each thread sums the columns j ≡ threadIdx.x (mod kThreads) in order,
+// block_sum adds the partials, and the statistics are rounded to T where the unfused path stores
+// them. Only the launches and the intermediate [rows, 2] blocks are gone; later passes over the
+// row hit L1.
+
+/// Per row: (mean, var) as row_mean_var (rounded to T), then x̂ = (x − mean)·rstd, y = x̂ ⊙ γ (+ β),
+/// rstd = 1/√(var + eps), as norm_apply.
+template <class T>
+__global__ void norm_forward_rows(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+                                  T* __restrict__ y, T* __restrict__ xhat, T* __restrict__ rstd_out, std::size_t cols,
+                                  bool center, T eps) {
+  using A = acc_t<T>;
+  using nn_kernels::ld;
+  const std::size_t off = static_cast<std::size_t>(blockIdx.x) * cols;
+  const T* xr = x + off;
+  A mean = 0;
+  if (center) {
+    A s = 0;
+    for (std::size_t j = threadIdx.x; j < cols; j += blockDim.x) s += ld(xr, j);
+    mean = kernels::block_sum(s) / static_cast<A>(cols);
+  }
+  A v = 0;
+  for (std::size_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const A d = ld(xr, j) - mean;
+    v += d * d;
+  }
+  v = kernels::block_sum(v) / static_cast<A>(cols);
+  const A mean_t = static_cast<A>(to_compute(from_compute<T>(mean)));  // as stored in mv
+  const A var_t = static_cast<A>(to_compute(from_compute<T>(v)));
+  const A rstd = A(1) / sqrt(var_t + static_cast<A>(to_compute(eps)));
+  for (std::size_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const A xh = (ld(xr, j) - mean_t) * rstd;
+    A out = xh * ld(gamma, j);
+    if (beta) out += ld(beta, j);
+    xhat[off + j] = from_compute<T>(xh);
+    y[off + j] = from_compute<T>(out);
+  }
+  if (threadIdx.x == 0) rstd_out[blockIdx.x] = from_compute<T>(rstd);
+}
+
+/// Per row: (Σ g, Σ g·x̂), g = dy ⊙ γ, rounded to T as norm_grad_sums; then
+/// dx = rstd·(g − Σg/n − x̂·Σ(g·x̂)/n) as norm_grad_apply (RMSNorm: no Σg/n), and with a residual
+/// cotangent r, dx := r + dx (the zip after it), each rounded to T.
+template <class T>
+__global__ void norm_backward_rows(const T* __restrict__ dy, const T* __restrict__ xhat, const T* __restrict__ gamma,
+                                   const T* __restrict__ rstd, const T* __restrict__ residual, T* __restrict__ dx,
+                                   std::size_t cols, Index n, bool center) {
+  using A = acc_t<T>;
+  using nn_kernels::ld;
+  const std::size_t off = static_cast<std::size_t>(blockIdx.x) * cols;
+  A sg = 0, sgx = 0;
+  for (std::size_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const A g = ld(dy, off + j) * ld(gamma, j);
+    sg += g;
+    sgx += g * ld(xhat, off + j);
+  }
+  sg = kernels::block_sum(sg);
+  sgx = kernels::block_sum(sgx);
+  const A mg = center ? static_cast<A>(to_compute(from_compute<T>(sg))) / static_cast<A>(n) : A(0);
+  const A mgx = static_cast<A>(to_compute(from_compute<T>(sgx))) / static_cast<A>(n);
+  const A r = ld(rstd, blockIdx.x);
+  for (std::size_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const T d = from_compute<T>((ld(dy, off + j) * ld(gamma, j) - mg - ld(xhat, off + j) * mgx) * r);
+    dx[off + j] = residual ? from_compute<T>(ld(residual, off + j) + static_cast<A>(to_compute(d))) : d;
+  }
+}
+
+/// act_grad with 16-byte loads and stores: 8 16-bit elements per step (n a multiple of 8, the
+/// blocks 16-byte aligned); the same arithmetic per element.
+template <class T, class Grad>
+__global__ void act_grad_x8(const T* __restrict__ h, const T* __restrict__ da, T* __restrict__ dh, std::size_t n8,
+                            Grad grad) {
+  static_assert(sizeof(T) == 2, "8 elements of 2 bytes per 16-byte access");
+  using A = acc_t<T>;
+  const auto* h4 = reinterpret_cast<const uint4*>(h);
+  const auto* da4 = reinterpret_cast<const uint4*>(da);
+  auto* dh4 = reinterpret_cast<uint4*>(dh);
+  SHARDALG_GRID_STRIDE(i, n8) {
+    uint4 hv = h4[i], dv = da4[i], out;
+    const T* hs = reinterpret_cast<const T*>(&hv);
+    const T* ds = reinterpret_cast<const T*>(&dv);
+    T* os = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      os[k] = from_compute<T>(static_cast<A>(to_compute(ds[k])) * grad(static_cast<A>(to_compute(hs[k]))));
+    dh4[i] = out;
   }
 }
 
@@ -79,7 +179,7 @@ __global__ void dropout_add(const T* __restrict__ x, const T* __restrict__ z, T*
 namespace shardalg::nn {
 
 template <>
-struct Fused<cuda::CudaBackend> : FusedComposed<cuda::CudaBackend> {  // norm_forward: the composition's
+struct Fused<cuda::CudaBackend> : FusedComposed<cuda::CudaBackend> {
   using B = cuda::CudaBackend;
   template <class T>
   using M = B::matrix<T>;
@@ -110,16 +210,40 @@ struct Fused<cuda::CudaBackend> : FusedComposed<cuda::CudaBackend> {  // norm_fo
     return dh;
   }
   template <class T>
+  using NormOut = FusedComposed<B>::NormOut<T>;
+  /// Statistics and normalisation in one kernel per row (fused_kernels::norm_forward_rows).
+  template <class T>
+  static NormOut<T> norm_forward(const M<T>& x, const M<T>& gamma, const M<T>* beta, T eps, bool center) {
+    if (x.size() == 0) return FusedComposed<B>::norm_forward(x, gamma, beta, eps, center);
+    NormOut<T> o{M<T>(x.rows(), x.cols()), M<T>(x.rows(), x.cols()), M<T>(x.rows(), 1)};
+    cuda::fused_kernels::norm_forward_rows<<<static_cast<unsigned>(x.rows()), cuda::kernels::kThreads, 0,
+                                             cuda::current_stream()>>>(x.data(), gamma.data(),
+                                                                       beta ? beta->data() : nullptr, o.y.data(),
+                                                                       o.xhat.data(), o.rstd.data(), sz(x.cols()),
+                                                                       center, eps);
+    cuda::detail::check_launch("fused norm_forward");
+    return o;
+  }
+  template <class T>
   using NormGrads = FusedComposed<B>::NormGrads<T>;
+  /// dX (+ R) in one kernel per row (fused_kernels::norm_backward_rows); dγ = Σ_rows dY ⊙ x̂ summed
+  /// while the product is formed; dβ = Σ_rows dY.
   template <class T>
   static NormGrads<T> norm_backward(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd,
                                     bool center, bool want_dbeta, const M<T>* residual = nullptr) {
-    const auto sums = Kernels<B>::norm_grad_sums(dy, xhat, gamma);
-    NormGrads<T> g{Kernels<B>::norm_grad_apply(dy, xhat, gamma, rstd, sums, dy.cols(), center), M<T>(1, dy.cols()), {}};
+    if (residual && (residual->rows() != dy.rows() || residual->cols() != dy.cols()))
+      throw ShapeError(shardalg::detail::cat("Fused<CudaBackend>::norm_backward: residual ", residual->rows(), "x",
+                                             residual->cols(), " for dY ", dy.rows(), "x", dy.cols()));
+    NormGrads<T> g{M<T>(dy.rows(), dy.cols()), M<T>(1, dy.cols()), {}};
+    if (dy.rows() > 0)
+      cuda::fused_kernels::norm_backward_rows<<<static_cast<unsigned>(dy.rows()), cuda::kernels::kThreads, 0,
+                                                cuda::current_stream()>>>(
+          dy.data(), xhat.data(), gamma.data(), rstd.data(), residual ? residual->data() : nullptr, g.dx.data(),
+          sz(dy.cols()), dy.cols(), center);
+    cuda::detail::check_launch("fused norm_backward");
     cuda::detail::col_sum_into(g.dgamma.data(), sz(dy.rows()), sz(dy.cols()),
                                cuda::kernels::LoadProduct<T>{dy.data(), xhat.data()});
     if (want_dbeta) g.dbeta = B::col_sum(dy);
-    if (residual) g.dx = B::zip(*residual, g.dx, fn::plus{});  // R + dX
     return g;
   }
   /// x + dropout(z) (p = 0: x + z).
@@ -127,17 +251,18 @@ struct Fused<cuda::CudaBackend> : FusedComposed<cuda::CudaBackend> {  // norm_fo
   static M<T> dropout_add(const M<T>& x, const M<T>& z, double p, std::uint64_t seed, std::uint64_t tensor, Index r0,
                           Index c0) {
     if (p == 0.0) return B::zip(x, z, fn::plus{});
-    if (x.rows() != z.rows() || x.cols() != z.cols())
-      throw ShapeError(shardalg::detail::cat("Fused<CudaBackend>::dropout_add: shapes differ: ", x.rows(), "x", x.cols(),
-                                             " and ", z.rows(), "x", z.cols()));
-    const auto scale = static_cast<cuda::acc_t<T>>(1.0 / (1.0 - p));
-    M<T> y(x.rows(), x.cols());
-    if (y.size() == 0) return y;
-    cuda::fused_kernels::dropout_add<<<cuda::kernels::grid_rows_cols(sz(y.rows()), sz(y.cols())), cuda::kernels::kThreads, 0,
-                                       cuda::current_stream()>>>(x.data(), z.data(), y.data(), sz(x.rows()),
-                                                                 sz(x.cols()), p, scale, seed, tensor, r0, c0);
-    cuda::detail::check_launch("fused dropout_add");
-    return y;
+    return dropout_add_with<T>(x, z, nullptr, p, seed, tensor, r0, c0);
+  }
+  /// x + dropout(z + b), b a bias row [1, cols] (a row-parallel layer's output bias, added after
+  /// its reduction): the add_row, the dropout and the residual add in one kernel.
+  template <class T>
+  static M<T> bias_dropout_add(const M<T>& x, const M<T>& z, const M<T>& b, double p, std::uint64_t seed,
+                               std::uint64_t tensor, Index r0, Index c0) {
+    if (b.rows() != 1 || b.cols() != z.cols())
+      throw ShapeError(shardalg::detail::cat("Fused<CudaBackend>::bias_dropout_add: bias ", b.rows(), "x", b.cols(),
+                                             " for ", z.rows(), "x", z.cols()));
+    if (p == 0.0) return B::zip(x, B::add_row(z, b), fn::plus{});
+    return dropout_add_with(x, z, b.data(), p, seed, tensor, r0, c0);
   }
 
   // ---- GEMMs with an epilogue (cuBLASLt): nullopt when not taken --------------------------------
@@ -205,6 +330,21 @@ struct Fused<cuda::CudaBackend> : FusedComposed<cuda::CudaBackend> {  // norm_fo
     return !off;
   }
   static std::size_t sz(Index n) { return static_cast<std::size_t>(n); }
+  template <class T>
+  static M<T> dropout_add_with(const M<T>& x, const M<T>& z, const T* b, double p, std::uint64_t seed,
+                               std::uint64_t tensor, Index r0, Index c0) {
+    if (x.rows() != z.rows() || x.cols() != z.cols())
+      throw ShapeError(shardalg::detail::cat("Fused<CudaBackend>::dropout_add: shapes differ: ", x.rows(), "x", x.cols(),
+                                             " and ", z.rows(), "x", z.cols()));
+    const auto scale = static_cast<cuda::acc_t<T>>(1.0 / (1.0 - p));
+    M<T> y(x.rows(), x.cols());
+    if (y.size() == 0) return y;
+    cuda::fused_kernels::dropout_add<<<cuda::kernels::grid_rows_cols(sz(y.rows()), cuda::nn_kernels::dropout_quads(sz(y.cols()), c0)),
+                                       cuda::kernels::kThreads, 0, cuda::current_stream()>>>(
+        x.data(), z.data(), b, y.data(), sz(x.rows()), sz(x.cols()), p, scale, seed, tensor, r0, c0);
+    cuda::detail::check_launch("fused dropout_add");
+    return y;
+  }
   template <class T, class Act>
   static M<T> bias_act_with(M<T>& y, const M<T>* b, Act act) {
     if (b && (b->rows() != 1 || b->cols() != y.cols()))
@@ -225,6 +365,15 @@ struct Fused<cuda::CudaBackend> : FusedComposed<cuda::CudaBackend> {  // norm_fo
                                              " and ", da.rows(), "x", da.cols()));
     M<T> dh(h.rows(), h.cols());
     if (dh.size() == 0) return dh;
+    const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+    if constexpr (sizeof(T) == 2)
+      if (sz(dh.size()) % 8 == 0 && aligned(h.data()) && aligned(da.data()) && aligned(dh.data())) {
+        const std::size_t n8 = sz(dh.size()) / 8;
+        cuda::fused_kernels::act_grad_x8<<<cuda::kernels::blocks_for(n8), cuda::kernels::kThreads, 0,
+                                           cuda::current_stream()>>>(h.data(), da.data(), dh.data(), n8, grad);
+        cuda::detail::check_launch("fused act_grad");
+        return dh;
+      }
     cuda::fused_kernels::act_grad<<<cuda::kernels::blocks_for(sz(dh.size())), cuda::kernels::kThreads, 0,
                                     cuda::current_stream()>>>(h.data(), da.data(), dh.data(), sz(dh.size()), grad);
     cuda::detail::check_launch("fused act_grad");

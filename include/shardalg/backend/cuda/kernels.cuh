@@ -13,7 +13,7 @@
 //   norm_grad_sums
 //   mean_var_from_sums, norm_apply,       elementwise kernels
 //   norm_grad_apply, swiglu(_grad)
-//   dropout                               nn::uniform_at — the *same* constexpr Philox4x32-10
+//   dropout                               nn::dropout_uniform — the *same* constexpr Philox4x32-10
 //                                         function as the CPU (backend/random.hpp), called in device
 //                                         code (shardalg::cuda compiles .cu with
 //                                         --expt-relaxed-constexpr), so the mask is the CPU's bit
@@ -218,16 +218,42 @@ __global__ void swiglu_grad(const T* __restrict__ h, const T* __restrict__ da, T
 
 // ---- dropout keyed by the global index -------------------------------------------------------------
 
-/// y = x ⊙ mask · scale, mask(i, j) = [uniform_at(seed, tensor, r0 + i, c0 + j) ≥ p] — nn::uniform_at
-/// itself (constexpr, so callable here), hence the CPU's mask bit for bit.
+/// Visits the elements of a rows × cols block at global offset (r0, c0) by dropout quads: one
+/// thread per (row, global column quad q), one Philox4x32-10 block for the quad's four columns
+/// 4q … 4q + 3 (nn::dropout_uniform's definition: word k is column 4q + k), f(local row, local
+/// column, keep) for those of them inside the block. keep = [dropout_uniform(…) ≥ p], the CPU's mask bit
+/// for bit. Launch with grid_rows_cols(rows, quads(cols, c0)) (rows, cols > 0).
+template <class F>
+__device__ inline void for_dropout_quads(std::size_t rows, std::size_t cols, Index r0, Index c0, double p,
+                                         std::uint64_t seed, std::uint64_t tensor, F f) {
+  const Index q0 = c0 >> 2, c1 = c0 + static_cast<Index>(cols);
+  const auto nq = static_cast<std::size_t>(((c1 - 1) >> 2) - q0 + 1);
+  for (std::size_t i = blockIdx.y; i < rows; i += gridDim.y)
+    for (std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < nq;
+         t += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+      const Index q = q0 + static_cast<Index>(t);
+      const auto w = nn::index_bits(seed, tensor, r0 + static_cast<Index>(i), q);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const Index gc = 4 * q + k;
+        if (gc >= c0 && gc < c1) f(i, static_cast<std::size_t>(gc - c0), static_cast<double>(w[k]) * 0x1.0p-32 >= p);
+      }
+    }
+}
+/// Column quads a block of cols columns starting at global column c0 touches.
+inline std::size_t dropout_quads(std::size_t cols, Index c0) {
+  return static_cast<std::size_t>(((c0 + static_cast<Index>(cols) - 1) >> 2) - (c0 >> 2) + 1);
+}
+
+/// y = x ⊙ mask · scale, mask(i, j) = [dropout_uniform(seed, tensor, r0 + i, c0 + j) ≥ p]
+/// (for_dropout_quads: nn::dropout_uniform's own Philox, hence the CPU's mask bit for bit).
 template <class T>
 __global__ void dropout(const T* __restrict__ x, T* __restrict__ y, std::size_t rows, std::size_t cols, double p,
                         acc_t<T> scale, std::uint64_t seed, std::uint64_t tensor, Index r0, Index c0) {
-  SHARDALG_ROWS_COLS(i, j, rows, cols) {
+  for_dropout_quads(rows, cols, r0, c0, p, seed, tensor, [&](std::size_t i, std::size_t j, bool keep) {
     const std::size_t idx = i * cols + j;
-    const bool keep = nn::uniform_at(seed, tensor, r0 + static_cast<Index>(i), c0 + static_cast<Index>(j)) >= p;
     y[idx] = keep ? from_compute<T>(ld(x, idx) * scale) : from_compute<T>(acc_t<T>(0));
-  }
+  });
 }
 
 // ---- attention ------------------------------------------------------------------------------------
@@ -445,7 +471,7 @@ struct Kernels<cuda::CudaBackend> {
   static M<T> dropout(const M<T>& x, double p, std::uint64_t seed, std::uint64_t tensor, Index r0, Index c0) {
     const auto scale = static_cast<cuda::acc_t<T>>(1.0 / (1.0 - p));  // the CPU's T(1/(1 − p)) for float/double
     M<T> y(x.rows(), x.cols());
-    if (x.size() > 0) launch_grid(x, "dropout", [&](dim3 g, cudaStream_t s) {
+    if (x.size() > 0) launch_dropout(x, c0, "dropout", [&](dim3 g, cudaStream_t s) {
         cuda::nn_kernels::dropout<<<g, cuda::kernels::kThreads, 0, s>>>(x.data(), y.data(), sz(x.rows()), sz(x.cols()),
                                                                        p, scale, seed, tensor, r0, c0);
       });
@@ -641,6 +667,13 @@ struct Kernels<cuda::CudaBackend> {
   template <class Mat, class L>
   static void launch_grid(const Mat& m, const char* what, L launch) {
     launch(cuda::kernels::grid_rows_cols(sz(m.rows()), sz(m.cols())), cuda::current_stream());
+    cuda::detail::check_launch(what);
+  }
+  /// Launch a dropout kernel (for_dropout_quads) over a block at global column c0.
+  template <class Mat, class L>
+  static void launch_dropout(const Mat& m, Index c0, const char* what, L launch) {
+    launch(cuda::kernels::grid_rows_cols(sz(m.rows()), cuda::nn_kernels::dropout_quads(sz(m.cols()), c0)),
+           cuda::current_stream());
     cuda::detail::check_launch(what);
   }
   /// Launch a one-block-per-row kernel.

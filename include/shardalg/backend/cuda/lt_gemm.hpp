@@ -22,7 +22,9 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <tuple>
 
 #include "shardalg/backend/cpu/backend.hpp"
 #include "shardalg/backend/cuda/allocator.hpp"
@@ -78,6 +80,28 @@ void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const V& v
   SHARDALG_LT_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
 }
 constexpr std::size_t kWorkspace = std::size_t{32} << 20;  // what the heuristics may use
+
+/// What cuBLASLt's heuristic sees of one problem: the device, the epilogue, the element type, the operations,
+/// the shapes and the leading dimensions (the pointers are not part of it: the preference assumes
+/// the default 256-byte alignment, as every call did before the cache).
+struct ProblemKey {
+  int device, epilogue, type, ta, tb;
+  std::uint64_t m, n, k, lda, ldb, ldc, ldaux;
+  auto tie() const { return std::tie(device, epilogue, type, ta, tb, m, n, k, lda, ldb, ldc, ldaux); }
+  bool operator<(const ProblemKey& o) const { return tie() < o.tie(); }
+};
+/// The heuristic's answer for a problem (found = false: cuBLASLt has no algorithm for it).
+struct Choice {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+  std::size_t workspace = 0;
+};
+/// This thread's answers, asked once per problem: the heuristic query costs tens of microseconds of
+/// host time per call, which a step of a dozen GEMMs pays on the GPU's critical path.
+inline std::map<ProblemKey, Choice>& choices() {
+  thread_local std::map<ProblemKey, Choice> c;
+  return c;
+}
 }  // namespace detail
 
 /// Row-major C[m, n] (leading dimension ldc) := op(A)·op(B) with `e`, on ctx's stream.
@@ -111,20 +135,35 @@ bool matmul(const Context& ctx, Epilogue e, MatView<T> a, MatView<T> b, T* c, In
   SHARDALG_LT_CHECK(cublasLtMatrixLayoutCreate(&d.b, cuda_data_type<T>, rows_of(a), cols_of(a), a.ld));
   SHARDALG_LT_CHECK(cublasLtMatrixLayoutCreate(&d.c, cuda_data_type<T>, static_cast<std::uint64_t>(n),
                                                static_cast<std::uint64_t>(m), ldc));
-  SHARDALG_LT_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
-  const std::size_t ws = detail::kWorkspace;
-  SHARDALG_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                         sizeof(ws)));
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  const cublasStatus_t hs =
-      cublasLtMatmulAlgoGetHeuristic(detail::handle(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heur, &found);
-  if (hs == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) return false;
-  if (hs != CUBLAS_STATUS_SUCCESS) detail::fail(hs, "cublasLtMatmulAlgoGetHeuristic");
+  const detail::ProblemKey key{ctx.device(), static_cast<int>(epi), static_cast<int>(cuda_data_type<T>), static_cast<int>(ta),
+                               static_cast<int>(tb), static_cast<std::uint64_t>(m), static_cast<std::uint64_t>(n),
+                               static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(b.ld),
+                               static_cast<std::uint64_t>(a.ld), static_cast<std::uint64_t>(ldc),
+                               static_cast<std::uint64_t>(ldaux)};
+  auto& choices = detail::choices();
+  auto it = choices.find(key);
+  if (it == choices.end()) {
+    SHARDALG_LT_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+    const std::size_t ws = detail::kWorkspace;
+    SHARDALG_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                           sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    const cublasStatus_t hs =
+        cublasLtMatmulAlgoGetHeuristic(detail::handle(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heur, &found);
+    if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED)
+      detail::fail(hs, "cublasLtMatmulAlgoGetHeuristic");
+    detail::Choice c;
+    c.found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (c.found) c.algo = heur.algo, c.workspace = heur.workspaceSize;
+    it = choices.emplace(key, c).first;
+  }
+  const detail::Choice& heur = it->second;
+  if (!heur.found) return false;
   const float alpha = 1.0f, beta = 0.0f;
-  void* work = heur.workspaceSize ? device_allocate(heur.workspaceSize, ctx.stream()) : nullptr;
+  void* work = heur.workspace ? device_allocate(heur.workspace, ctx.stream()) : nullptr;
   const cublasStatus_t s = cublasLtMatmul(detail::handle(), d.op, &alpha, b.data, d.a, a.data, d.b, &beta, c, d.c, c,
-                                          d.c, &heur.algo, work, heur.workspaceSize, ctx.stream());
+                                          d.c, &heur.algo, work, heur.workspace, ctx.stream());
   device_free(work, ctx.stream(), ctx.stream());
   if (s != CUBLAS_STATUS_SUCCESS) detail::fail(s, "cublasLtMatmul");
   return true;

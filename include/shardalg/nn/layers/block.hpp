@@ -270,18 +270,22 @@ class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B>
   /// The forward with every cache kept (BlockParts::forward, without full recomputation).
   Forward forward_stored(const Input& x) const {
     auto l1 = ln1_.forward(x);
+    // Each sub-layer up to g (its all-reduce); the output bias is added in the residual's pass:
+    // x + dropout(z + b) (Dropout::forward_bias_add).
     auto a = [&] {
       auto s = detail::maybe_scope(x.group(), "attn");
-      return attn_.forward(l1.y);
+      auto f = attn_.forward_partial(l1.y);
+      return std::pair{reduce_from(std::move(f.z)), std::move(f.cache)};  // g → R
     }();
-    Input y1 = drop_attn_.forward_add(x, a.z);  // x + dropout(z), one pass (backend/cpu/fused.hpp)
+    Input y1 = residual_add(drop_attn_, x, a.first, attn_.proj());
     auto l2 = ln2_.forward(y1);
     auto m = [&] {
       auto s = detail::maybe_scope(x.group(), "mlp");
-      return mlp_.forward(l2.y);
+      auto f = mlp_.forward_partial(l2.y);
+      return std::pair{reduce_from(std::move(f.z)), std::move(f.cache)};
     }();
-    Input y = drop_mlp_.forward_add(y1, m.z);
-    return {std::move(y), Cache{std::move(l1.cache), std::move(a.cache), std::move(l2.cache), std::move(m.cache), std::nullopt}};
+    Input y = residual_add(drop_mlp_, y1, m.first, mlp_.fc2());
+    return {std::move(y), Cache{std::move(l1.cache), std::move(a.second), std::move(l2.cache), std::move(m.second), std::nullopt}};
   }
 
   /// Overlap each f's backward all-reduce (QKV, fc1) with its weight-gradient GEMM.
@@ -309,6 +313,14 @@ class TransformerBlock : public detail::BlockParts<TransformerBlock<T, B>, T, B>
     p.ln1 = std::move(r.ln1);
     p.ln2 = std::move(r.ln2);
     return {std::move(r.dx), std::move(p)};
+  }
+
+ private:
+  /// x + dropout(z + b), b the row-parallel layer's output bias when it has one.
+  template <class Lin>
+  static Input residual_add(const Dropout& d, const Input& x, const Input& z, const Lin& lin) {
+    if (lin.bias()) return d.forward_bias_add(x, z, *lin.bias());
+    return d.forward_add(x, z);
   }
 };
 

@@ -5,6 +5,8 @@
 //             on Partial too: dropout with a fixed mask is linear, (Σ X_r) ⊙ m = Σ (X_r ⊙ m)
 //   backward  dX = dY ⊙ mask / (1 − p), same layout; the mask is recomputed, nothing is stored
 //   forward_add(x, z) = x + forward(z): the residual add fused into the same pass
+//   forward_bias_add(x, z, b) = x + forward(z + b): a row-parallel output bias too, where the
+//             backend fuses it (CUDA)
 //
 // Under context parallelism (`cp` set) a rank's rows are its two chunks of every sequence
 // (nn/layers/cp_tokens.hpp), not one run of global rows: the mask is applied run by run, each at
@@ -62,6 +64,29 @@ struct Dropout {
     if (cp && p != 0.0) return x + apply(z);  // run by run (below); the same values, two passes
     return Sharded<T, L, B>(Fused<B>::dropout_add(x.local(), z.local(), p, seed, tensor, row_base + z.row_offset(), z.col_offset()),
                             x.rows(), x.cols(), g);
+  }
+  /// x + forward(z + b): a row-parallel layer's output bias b[R] added in the same pass as the
+  /// dropout and the residual (Megatron's bias-dropout-add) when the backend fuses the three
+  /// (nn::Fused<B>::bias_dropout_add, the CUDA backend's); otherwise z + b, then forward_add. The same
+  /// values either way: z + b rounded to T, then x + mask · (z + b) / (1 − p).
+  template <class T, class L, class B>
+  Sharded<T, L, B> forward_bias_add(const Sharded<T, L, B>& x, const Sharded<T, L, B>& z,
+                                    const Sharded<T, Replicated, B>& b) const {
+    if constexpr (requires(const typename B::template matrix<T>& m) {
+                    Fused<B>::bias_dropout_add(m, m, m, p, seed, tensor, Index{0}, Index{0});
+                  }) {
+      if (!cp) {
+        const Group& g = shardalg::detail::same_shape_group(x, z, "add");
+        if (b.rows() != 1 || b.cols() != z.cols())
+          throw ShapeError(shardalg::detail::cat("Dropout::forward_bias_add: bias ", b.rows(), "x", b.cols(), " for ",
+                                                 z.rows(), "x", z.cols()));
+        auto e = explain_op(g, "add", dtype_of<T>, {note(x), " + ", note(z), " + ", note(b), " → ", note(x)});
+        return Sharded<T, L, B>(Fused<B>::bias_dropout_add(x.local(), z.local(), b.local(), p, seed, tensor,
+                                                           row_base + z.row_offset(), z.col_offset()),
+                                x.rows(), x.cols(), g);
+      }
+    }
+    return forward_add(x, add_bias(z, b));
   }
 
  private:
