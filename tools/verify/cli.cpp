@@ -144,7 +144,13 @@ Parsed parse_options(int argc, char** argv) {
   integer_option(app, flags, "--vocab", o.vocab, "vocabulary size (padded to a multiple of divisor·TP)", kOne);
   integer_option(app, flags, "--vocab-divisor", o.vocab_divisor,
                  "Megatron's make-vocab-size-divisible-by; 0: no padding (the vocabulary in balanced blocks)", kZero);
-  app.add_option("--dtype", o.dtype, "element type")->check(CLI::IsMember({"float", "double"}))->capture_default_str();
+  app.add_option("--dtype", o.dtype,
+                 "element type; bf16 and fp16 (16-bit storage, fp32 arithmetic) check each block against the "
+                 "error bound derived from rounding")
+      ->check(CLI::IsMember({"float", "double", "bf16", "fp16"}))
+      ->capture_default_str();
+  app.add_flag("--bounds", o.bounds,
+               "with --dtype float: each block against its derived rounding bound instead of the fixed tolerance");
   integer_option(app, flags, "--seed", o.seed_arg, "seed of the weights, tokens and dropout masks (0 … 2^63−1)",
                  std::int64_t{0});
   app.add_option("--backend", o.backend, "thread: ThreadComm ranks in this process; mpi: MpiComm (under mpirun)")

@@ -16,6 +16,9 @@
 //
 //   shardalg-verify                          TP=2 on threads, a 2-layer GPT, double
 //   shardalg-verify --tp 4 --dtype float --json
+//   shardalg-verify --tp 4 --dtype bf16      each block against the error bound derived from bf16
+//                                            storage and fp32 arithmetic (precision.cpp; --dtype
+//                                            float --bounds for fp32)
 //   shardalg-verify --explain                block 0's derivation as executed
 //   shardalg-verify --trace trace.json       Chrome trace (Perfetto / chrome://tracing)
 //   mpirun -np 2 shardalg-verify --backend mpi
@@ -27,7 +30,8 @@
 //                                            schedule; the trace draws the schedule, one row per rank
 //
 // The files (tools/verify/): cli (flags), options (configuration and its checks), model (the dense
-// masters and reference pass), run_rank + rows (one rank's run, rank 0's rows), explain_block
+// masters and reference pass), precision (the rounding-bound check), run_rank + rows (one rank's
+// run, rank 0's rows), explain_block
 // (--explain), driver (ranks, progress, output), report_text / report_json, trace (--trace). The
 // reusable parts — checks against a dense twin, ledger tallies, timing, explain log — are library
 // headers: include/shardalg/verify/.
@@ -42,6 +46,7 @@
 #include "cli.hpp"
 #include "compare.hpp"
 #include "driver.hpp"
+#include "precision.hpp"
 
 #if defined(SHARDALG_VERIFY_MPI)
 #include "shardalg/comm/mpi.hpp"
@@ -110,7 +115,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    const int code = run(o, p, world ? &*world : nullptr, rank);
+    const int code = o.bounds_mode() ? run_bounds(o, p) : run(o, p, world ? &*world : nullptr, rank);
     return finish(code);
   } catch (const ConfigError& e) {  // the --trace file could not be written (rank 0, after the report)
     fmt::print(stderr, "shardalg-verify: error: {}\n", e.what());

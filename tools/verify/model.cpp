@@ -12,8 +12,7 @@ namespace sv {
 DenseModel make_model(const Options& o) {
   std::mt19937_64 rng(o.seed);
   std::normal_distribution<double> nd(0.0, 1.0);
-  const bool fl = !o.is_double();
-  auto round = [&](double v) { return fl ? static_cast<double>(static_cast<float>(v)) : v; };
+  auto round = [&](double v) { return o.round_to_dtype(v); };
   auto gen = [&](Index r, Index c, double stdev, double mean = 0.0) {
     M m(r, c);
     for (Index j = 0; j < c; ++j)

@@ -19,7 +19,7 @@ struct DenseModel {
   Ids ids, targets;
 };
 
-/// The masters, tokens and targets of `o`, drawn from o.seed (rounded to float for --dtype float).
+/// The masters, tokens and targets of `o`, drawn from o.seed (rounded to the element type of --dtype).
 DenseModel make_model(const Options& o);
 
 /// The dense pass: reference/dense_layers.hpp's gpt_forward and gpt_backward (plain Eigen, double).

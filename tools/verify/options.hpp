@@ -41,7 +41,8 @@ struct Options {
   std::string recompute = "none";      // --recompute: none, selective or full (nn/layers/block.hpp)
   int layers = 2;
   Index hidden = 64, heads = 8, groups = 0, ffn = 0, seq = 32, batch = 2, vocab = 1000, vocab_divisor = 128;
-  std::string dtype = "double";
+  std::string dtype = "double";        // float, double; bf16 and fp16 run the bounds check (precision.cpp)
+  bool bounds = false;                 // --bounds: the bounds check for --dtype float
   std::uint64_t seed = 1234;
   std::int64_t seed_arg = 1234;  // --seed as given (signed, so that a negative one is refused, not wrapped)
   std::string backend = "thread";
@@ -66,6 +67,15 @@ struct Options {
   }
   [[nodiscard]] nn::NormKind norm_kind() const { return norm == "rmsnorm" ? nn::NormKind::rms : nn::NormKind::layer; }
   [[nodiscard]] bool is_double() const { return dtype == "double"; }
+  /// Each block against its derived rounding bound (tools/verify/precision.cpp), not the whole run
+  /// against a fixed tolerance.
+  [[nodiscard]] bool bounds_mode() const { return bounds || dtype == "bf16" || dtype == "fp16"; }
+  /// v as the program's element type holds it: the masters are its constants.
+  [[nodiscard]] double round_to_dtype(double v) const {
+    if (dtype == "bf16") return static_cast<double>(static_cast<float>(Eigen::bfloat16(static_cast<float>(v))));
+    if (dtype == "fp16") return static_cast<double>(static_cast<float>(Eigen::half(static_cast<float>(v))));
+    return is_double() ? v : static_cast<double>(static_cast<float>(v));
+  }
   [[nodiscard]] double tolerance() const {
     return is_double() ? shardalg::verify::tolerance_for<double>() : shardalg::verify::tolerance_for<float>();
   }
@@ -159,6 +169,22 @@ inline void validate(const Options& o, int p) {
   };
   positive("--tp", p);
   positive("--dp", o.dp);
+  if (o.bounds_mode()) {
+    if (o.dtype == "double")
+      throw ConfigError("--bounds checks a float, bf16 or fp16 program; --dtype double keeps its fixed tolerance");
+    std::string with;
+    if (o.backend != "thread") with = "--backend " + o.backend;
+    else if (o.dp > 1) with = cat("--dp ", o.dp);
+    else if (o.pp > 1) with = cat("--pp ", o.pp);
+    else if (o.cp > 1) with = cat("--cp ", o.cp);
+    else if (o.sp) with = "--sp";
+    else if (o.explain) with = "--explain";
+    else if (!o.trace.empty()) with = "--trace";
+    else if (!o.dump.empty()) with = "--dump";
+    if (!with.empty())
+      throw ConfigError(cat(o.bounds ? std::string("--bounds") : "--dtype " + o.dtype,
+                            " checks each block against its rounding bound, tensor-parallel on threads: not with ", with));
+  }
   // Replicas take balanced blocks of the sequences (7 on 3: 3, 2, 2); with --pp or --cp the
   // per-replica micro-batches and chunks are counted from batch/dp, so there it must divide.
   if (o.batch < o.dp)
