@@ -7,20 +7,20 @@
 #include "cases.hpp"
 #include "dense_twins.hpp"
 
+/// The layer cases of one element type T, declared (SPEC = extern) or instantiated (SPEC empty):
+/// one list, so the declarations here and the instantiations in test_layers_<T>.cpp cannot drift.
+#define LT_LAYER_CASES(SPEC, T)                                           \
+  SPEC template Checks case_linear<T>(const Group&);                      \
+  SPEC template Checks case_mlp<T>(const Group&, nn::Activation);         \
+  SPEC template Checks case_norm<T>(const Group&, nn::NormKind);          \
+  SPEC template Checks case_dropout<T>(const Group&);                     \
+  SPEC template Checks case_attention<T>(const Group&, Index, double);    \
+  SPEC template Checks case_block<T>(const Group&, const BlockCase&);
+
 namespace lt {
 
-extern template Checks case_linear<double>(const Group&);
-extern template Checks case_mlp<double>(const Group&, nn::Activation);
-extern template Checks case_norm<double>(const Group&, nn::NormKind);
-extern template Checks case_dropout<double>(const Group&);
-extern template Checks case_attention<double>(const Group&, Index, double);
-extern template Checks case_block<double>(const Group&, const BlockCase&);
+LT_LAYER_CASES(extern, double)
 extern template LedgerSummary ledger_case<double>(const Group&, const BlockCase&);
-extern template Checks case_linear<float>(const Group&);
-extern template Checks case_mlp<float>(const Group&, nn::Activation);
-extern template Checks case_norm<float>(const Group&, nn::NormKind);
-extern template Checks case_dropout<float>(const Group&);
-extern template Checks case_attention<float>(const Group&, Index, double);
-extern template Checks case_block<float>(const Group&, const BlockCase&);
+LT_LAYER_CASES(extern, float)
 
 }  // namespace lt

@@ -2,11 +2,6 @@
 #include "case_instances.hpp"
 
 namespace lt {
-template Checks case_linear<double>(const Group&);
-template Checks case_mlp<double>(const Group&, nn::Activation);
-template Checks case_norm<double>(const Group&, nn::NormKind);
-template Checks case_dropout<double>(const Group&);
-template Checks case_attention<double>(const Group&, Index, double);
-template Checks case_block<double>(const Group&, const BlockCase&);
+LT_LAYER_CASES(, double)
 template LedgerSummary ledger_case<double>(const Group&, const BlockCase&);
 }  // namespace lt

@@ -34,15 +34,6 @@ namespace pr = shardalg::precision;
 using R = pr::Running<pr::Format::f32>;  // fp32 arithmetic; the storage format comes from the scope
 using RM = ::ref::Mat<R>;
 
-/// v rounded to E (through float: every E here is float or narrower).
-template <class E>
-double to_e(double v) {
-  return static_cast<double>(static_cast<float>(E(static_cast<float>(v))));
-}
-template <class E>
-M round_e(const M& m) {
-  return m.unaryExpr([](double v) { return to_e<E>(v); });
-}
 template <class E, class L>
 M dense_of(const Sharded<E, L>& x) {
   return CpuBackend::to_host(to_dense(x)).unaryExpr([](const E& v) { return static_cast<double>(static_cast<float>(v)); });
@@ -133,12 +124,6 @@ std::pair<Named, Twins> mlp_pair(const Options& o, int l, const ::ref::Mlp& mm, 
   return {std::move(got), std::move(t)};
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
 /// The rows of one sub-layer; a PrecisionError (the bound itself vacuous) is a failing row.
 template <class Run>
 void add_rows(std::vector<BoundRow>& rows, const std::string& layer, Run run) {
@@ -146,9 +131,8 @@ void add_rows(std::vector<BoundRow>& rows, const std::string& layer, Run run) {
     const auto [got, twins] = run();
     for (const auto& [name, twin] : twins) {
       const M ratios = pr::error_ratios(got.at(name), pr::values(twin), pr::bounds(twin));
-      std::vector<double> v(ratios.data(), ratios.data() + ratios.size());
-      rows.push_back({layer, name, static_cast<Index>(v.size()), v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()),
-                      median(v), ""});
+      rows.push_back({layer, name, static_cast<Index>(ratios.size()), ratios.size() ? ratios.maxCoeff() : 0.0,
+                      pr::median_ratio(ratios), ""});
     }
   } catch (const pr::PrecisionError& e) {
     rows.push_back({layer, "(bound)", 0, 0.0, 0.0, e.what()});
@@ -176,11 +160,12 @@ std::vector<BoundRow> check_blocks(const Options& o, int p) {
     const M dz_attn = ::ref::dropout(dy1, b.p, b.seed, b.drop_attn);       // dropout′ = the same mask
     const M dz_mlp = ::ref::dropout(dy, b.p, b.seed, b.drop_mlp);
     const int li = static_cast<int>(l);
+    const auto round_e = [&](const M& m) { return M(m.unaryExpr([&](double v) { return o.round_to_dtype(v); })); };
     const std::string at = fmt::format("block {} ", l);
-    add_rows(rows, at + "ln1", [&] { return norm_pair<E>(o, b.ln1, round_e<E>(x), round_e<E>(bg.attn.dx), p); });
-    add_rows(rows, at + "attn", [&] { return attn_pair<E>(o, li, b.attn, round_e<E>(bo.l1.y), round_e<E>(dz_attn), p); });
-    add_rows(rows, at + "ln2", [&] { return norm_pair<E>(o, b.ln2, round_e<E>(bo.y1), round_e<E>(bg.mlp.dx), p); });
-    add_rows(rows, at + "mlp", [&] { return mlp_pair<E>(o, li, b.mlp, round_e<E>(bo.l2.y), round_e<E>(dz_mlp), p); });
+    add_rows(rows, at + "ln1", [&] { return norm_pair<E>(o, b.ln1, round_e(x), round_e(bg.attn.dx), p); });
+    add_rows(rows, at + "attn", [&] { return attn_pair<E>(o, li, b.attn, round_e(bo.l1.y), round_e(dz_attn), p); });
+    add_rows(rows, at + "ln2", [&] { return norm_pair<E>(o, b.ln2, round_e(bo.y1), round_e(bg.mlp.dx), p); });
+    add_rows(rows, at + "mlp", [&] { return mlp_pair<E>(o, li, b.mlp, round_e(bo.l2.y), round_e(dz_mlp), p); });
   }
   return rows;
 }

@@ -339,8 +339,8 @@ struct Fused<cuda::CudaBackend> : FusedComposed<cuda::CudaBackend> {
     const auto scale = static_cast<cuda::acc_t<T>>(1.0 / (1.0 - p));
     M<T> y(x.rows(), x.cols());
     if (y.size() == 0) return y;
-    cuda::fused_kernels::dropout_add<<<cuda::kernels::grid_rows_cols(sz(y.rows()), cuda::nn_kernels::dropout_quads(sz(y.cols()), c0)),
-                                       cuda::kernels::kThreads, 0, cuda::current_stream()>>>(
+    cuda::fused_kernels::dropout_add<<<cuda::nn_kernels::dropout_grid(sz(y.rows()), sz(y.cols()), c0), cuda::kernels::kThreads,
+                                       0, cuda::current_stream()>>>(
         x.data(), z.data(), b, y.data(), sz(x.rows()), sz(x.cols()), p, scale, seed, tensor, r0, c0);
     cuda::detail::check_launch("fused dropout_add");
     return y;

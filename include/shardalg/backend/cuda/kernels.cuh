@@ -218,16 +218,22 @@ __global__ void swiglu_grad(const T* __restrict__ h, const T* __restrict__ da, T
 
 // ---- dropout keyed by the global index -------------------------------------------------------------
 
+/// The column quads (4q … 4q + 3) that a block of cols > 0 columns starting at global column c0
+/// touches (constexpr: host and device code alike).
+constexpr std::size_t dropout_quad_count(std::size_t cols, Index c0) {
+  return static_cast<std::size_t>(((c0 + static_cast<Index>(cols) - 1) >> 2) - (c0 >> 2) + 1);
+}
+
 /// Visits the elements of a rows × cols block at global offset (r0, c0) by dropout quads: one
 /// thread per (row, global column quad q), one Philox4x32-10 block for the quad's four columns
 /// 4q … 4q + 3 (nn::dropout_uniform's definition: word k is column 4q + k), f(local row, local
 /// column, keep) for those of them inside the block. keep = [dropout_uniform(…) ≥ p], the CPU's mask bit
-/// for bit. Launch with grid_rows_cols(rows, quads(cols, c0)) (rows, cols > 0).
+/// for bit. Launch with dropout_grid(rows, cols, c0) (rows, cols > 0).
 template <class F>
 __device__ inline void for_dropout_quads(std::size_t rows, std::size_t cols, Index r0, Index c0, double p,
                                          std::uint64_t seed, std::uint64_t tensor, F f) {
   const Index q0 = c0 >> 2, c1 = c0 + static_cast<Index>(cols);
-  const auto nq = static_cast<std::size_t>(((c1 - 1) >> 2) - q0 + 1);
+  const std::size_t nq = dropout_quad_count(cols, c0);
   for (std::size_t i = blockIdx.y; i < rows; i += gridDim.y)
     for (std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < nq;
          t += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
@@ -240,9 +246,9 @@ __device__ inline void for_dropout_quads(std::size_t rows, std::size_t cols, Ind
       }
     }
 }
-/// Column quads a block of cols columns starting at global column c0 touches.
-inline std::size_t dropout_quads(std::size_t cols, Index c0) {
-  return static_cast<std::size_t>(((c0 + static_cast<Index>(cols) - 1) >> 2) - (c0 >> 2) + 1);
+/// The grid for_dropout_quads runs on: rows × the block's column quads.
+inline dim3 dropout_grid(std::size_t rows, std::size_t cols, Index c0) {
+  return kernels::grid_rows_cols(rows, dropout_quad_count(cols, c0));
 }
 
 /// y = x ⊙ mask · scale, mask(i, j) = [dropout_uniform(seed, tensor, r0 + i, c0 + j) ≥ p]
@@ -672,8 +678,7 @@ struct Kernels<cuda::CudaBackend> {
   /// Launch a dropout kernel (for_dropout_quads) over a block at global column c0.
   template <class Mat, class L>
   static void launch_dropout(const Mat& m, Index c0, const char* what, L launch) {
-    launch(cuda::kernels::grid_rows_cols(sz(m.rows()), cuda::nn_kernels::dropout_quads(sz(m.cols()), c0)),
-           cuda::current_stream());
+    launch(cuda::nn_kernels::dropout_grid(sz(m.rows()), sz(m.cols()), c0), cuda::current_stream());
     cuda::detail::check_launch(what);
   }
   /// Launch a one-block-per-row kernel.
