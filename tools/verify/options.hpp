@@ -177,7 +177,6 @@ inline void validate(const Options& o, int p) {
     else if (o.dp > 1) with = cat("--dp ", o.dp);
     else if (o.pp > 1) with = cat("--pp ", o.pp);
     else if (o.cp > 1) with = cat("--cp ", o.cp);
-    else if (o.sp) with = "--sp";
     else if (o.explain) with = "--explain";
     else if (!o.trace.empty()) with = "--trace";
     else if (!o.dump.empty()) with = "--dump";

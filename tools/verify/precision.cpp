@@ -8,11 +8,21 @@
 // layer it is carried through. Over a whole block in bf16 it is already vacuous (the default
 // model: LN2's divisor 0.92 with an error bound of 88); fed the twin's inputs, each sub-layer's
 // bound stays at its own size.
+//
+// With --sp each sub-layer runs as nn::SequenceParallelBlock composes it, through the same calls:
+// the activations X[Row] (balanced blocks of the tokens); the norm on the shard, its dγ, dβ
+// Partial → all_reduce → R (reduce_norm); attention and MLP entered X[Row] → all_gather → X[R] →
+// forward_partial → Z[Partial] → reduce_scatter → Z[Row] → + b, and left backward dZ[Row] →
+// all_gather → dZ[R] → backward_partial → dX[Partial] → reduce_scatter → dX[Row]. The twins are
+// the same: an all_gather does no arithmetic, a reduce_scatter adds the partials as the
+// all_reduce does (in rank order, each add rounded), and `reduced` already charges the norm's dγ,
+// dβ as a sum split across P ranks.
 #include "precision.hpp"
 
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -23,6 +33,7 @@
 #include "model.hpp"
 #include "shardalg/comm/thread_world.hpp"
 #include "shardalg/nn.hpp"
+#include "shardalg/nn/layers/sp_block.hpp"
 #include "shardalg/precision/bounds.hpp"
 #include "shardalg/precision/running.hpp"
 
@@ -52,21 +63,58 @@ Named on_ranks(int p, F f) {
   run_ranks(p, [&](ThreadComm& c) { out[static_cast<std::size_t>(c.rank())] = f(Group(c)); });
   return out[0];
 }
-template <class E>
-Sharded<E, Replicated> replicated(const M& v, const Group& g) {
-  return nn::from_global<E, Replicated, CpuBackend>(v.rows(), v.cols(), g, [&](Index i, Index j) { return v(i, j); });
+
+// L, the activations' layout between sub-layers: Replicated (tensor parallelism) or RowSharded
+// (sequence parallelism). Only the helpers below depend on it.
+template <class L>
+constexpr bool kSp = std::is_same_v<L, RowSharded>;
+
+/// A dense [T, h] as a sub-layer's input: v[R], or v[Row] (rank r its balanced block of rows).
+template <class E, class L>
+Sharded<E, L> input_of(const M& v, const Group& g) {
+  return nn::from_global<E, L, CpuBackend>(v.rows(), v.cols(), g, [&](Index i, Index j) { return v(i, j); });
+}
+
+/// The norm's weight gradients as the block hands them on: from X[R] already R; from X[Row]
+/// Partial (each rank summed its own tokens) → all_reduce → R, as SequenceParallelBlock's
+/// reduce_grads does it.
+template <class E, class L>
+auto norm_grads(typename nn::LayerNorm<E>::template ParamGrads<L> g) {
+  if constexpr (kSp<L>) return nn::SequenceParallelBlock<E>::reduce_norm(std::move(g));
+  else return g;
+}
+
+/// A tensor-parallel region (attention or MLP; `out` its row-parallel output layer), entered and
+/// left as the block does. Forward: X[R] → forward (f, g: all_reduce, + b) → Z[R]; or X[Row] →
+/// all_gather → X[R] → forward_partial → Z[Partial] → reduce_scatter → Z[Row] → + b (once, after
+/// the reduction). Backward: dZ[R] → backward (f's adjoint: all_reduce) → dX[R]; or dZ[Row] →
+/// all_gather → dZ[R] → backward_partial → dX[Partial] → reduce_scatter → dX[Row].
+/// Returns {z, dx, parameter gradients}.
+template <class E, class L, class Layer, class Out>
+auto run_region(const Layer& layer, const Out& out, const M& x, const M& dz, const Group& g) {
+  if constexpr (kSp<L>) {
+    auto f = layer.forward_partial(all_gather(input_of<E, L>(x, g)));
+    auto z = out.add_output_bias(reduce_scatter<RowSharded>(f.z));
+    auto gr = layer.backward_partial(f.cache, adjoint::reduce_scatter(input_of<E, L>(dz, g)));
+    return std::tuple{std::move(z), adjoint::all_gather<RowSharded>(gr.dx), std::move(gr.params)};
+  } else {
+    auto f = layer.forward(input_of<E, L>(x, g));
+    auto gr = layer.backward(f.cache, input_of<E, L>(dz, g));
+    return std::tuple{std::move(f.z), std::move(gr.dx), std::move(gr.params)};
+  }
 }
 
 /// A norm fed x and the cotangent dy: y, dx, dγ (dβ).
-template <class E>
+template <class E, class L>
 std::pair<Named, Twins> norm_pair(const Options& o, const ::ref::Norm& n, const M& x, const M& dy, int p) {
   const bool center = o.norm_kind() == nn::NormKind::layer;
   Named got = on_ranks(p, [&](const Group& g) {
     const auto ln = nn::LayerNorm<E>::from_dense(n.gamma, center ? &n.beta : nullptr, o.norm_kind(), g, E(static_cast<float>(kEps)));
-    const auto f = ln.forward(replicated<E>(x, g));
-    const auto gr = ln.backward(f.cache, replicated<E>(dy, g));
-    Named r{{"y", dense_of(f.y)}, {"dx", dense_of(gr.dx)}, {"dgamma", dense_of(gr.params.dgamma)}};
-    if (center) r["dbeta"] = dense_of(*gr.params.dbeta);
+    const auto f = ln.forward(input_of<E, L>(x, g));
+    auto gr = ln.backward(f.cache, input_of<E, L>(dy, g));
+    const auto pg = norm_grads<E, L>(std::move(gr.params));
+    Named r{{"y", dense_of(f.y)}, {"dx", dense_of(gr.dx)}, {"dgamma", dense_of(pg.dgamma)}};
+    if (center) r["dbeta"] = dense_of(*pg.dbeta);
     return r;
   });
   const auto rn = ::ref::cast<R>(n);
@@ -78,16 +126,15 @@ std::pair<Named, Twins> norm_pair(const Options& o, const ::ref::Norm& n, const 
 }
 
 /// The attention fed x and dz: z, dx, dWo (dbo).
-template <class E>
+template <class E, class L>
 std::pair<Named, Twins> attn_pair(const Options& o, int l, const ::ref::Attn& a, const M& x, const M& dz, int p) {
   Named got = on_ranks(p, [&](const Group& g) {
     const auto nb = [&](const M& m) -> const M* { return o.no_bias ? nullptr : &m; };
     const nn::AttentionMasters<M> m{&a.wq, nb(a.bq), &a.wk, nb(a.bk), &a.wv, nb(a.bv), &a.wo, nb(a.bo)};
     const auto at = nn::Attention<E>::from_dense(block_config(o, l).attention(), m, g);
-    const auto f = at.forward(replicated<E>(x, g));
-    const auto gr = at.backward(f.cache, replicated<E>(dz, g));
-    Named r{{"z", dense_of(f.z)}, {"dx", dense_of(gr.dx)}, {"dwo", dense_of(gr.params.proj.dw)}};
-    if (!o.no_bias) r["dbo"] = dense_of(*gr.params.proj.db);
+    const auto [z, dx, pg] = run_region<E, L>(at, at.proj(), x, dz, g);
+    Named r{{"z", dense_of(z)}, {"dx", dense_of(dx)}, {"dwo", dense_of(pg.proj.dw)}};
+    if (!o.no_bias) r["dbo"] = dense_of(*pg.proj.db);
     return r;
   });
   const auto ra = ::ref::cast<R>(a);
@@ -100,18 +147,17 @@ std::pair<Named, Twins> attn_pair(const Options& o, int l, const ::ref::Attn& a,
 }
 
 /// The MLP fed x and dz: z, dx, dW2 (db2), dW1 (GeLU: SwiGLU's fused fc1 is physical).
-template <class E>
+template <class E, class L>
 std::pair<Named, Twins> mlp_pair(const Options& o, int l, const ::ref::Mlp& mm, const M& x, const M& dz, int p) {
   const bool glu = o.activation() == nn::Activation::swiglu;
   Named got = on_ranks(p, [&](const Group& g) {
     const auto nb = [&](const M& m) -> const M* { return o.no_bias ? nullptr : &m; };
     const nn::MlpMasters<M> m{&mm.w1, nb(mm.b1), glu ? &mm.wu : nullptr, glu ? nb(mm.bu) : nullptr, &mm.w2, nb(mm.b2)};
     const auto mlp = nn::Mlp<E>::from_dense(block_config(o, l).mlp(), m, g);
-    const auto f = mlp.forward(replicated<E>(x, g));
-    const auto gr = mlp.backward(f.cache, replicated<E>(dz, g));
-    Named r{{"z", dense_of(f.z)}, {"dx", dense_of(gr.dx)}, {"dw2", dense_of(gr.params.fc2.dw)}};
-    if (!glu) r["dw1"] = dense_of(gr.params.fc1.dw);
-    if (!o.no_bias) r["db2"] = dense_of(*gr.params.fc2.db);
+    const auto [z, dx, pg] = run_region<E, L>(mlp, mlp.fc2(), x, dz, g);
+    Named r{{"z", dense_of(z)}, {"dx", dense_of(dx)}, {"dw2", dense_of(pg.fc2.dw)}};
+    if (!glu) r["dw1"] = dense_of(pg.fc1.dw);
+    if (!o.no_bias) r["db2"] = dense_of(*pg.fc2.db);
     return r;
   });
   const auto rm = ::ref::cast<R>(mm);
@@ -139,7 +185,7 @@ void add_rows(std::vector<BoundRow>& rows, const std::string& layer, Run run) {
   }
 }
 
-template <class E>
+template <class E, class L>
 std::vector<BoundRow> check_blocks(const Options& o, int p) {
   const DenseModel dm = make_model(o);
   const DenseRun dr = dense_run(dm);
@@ -147,35 +193,41 @@ std::vector<BoundRow> check_blocks(const Options& o, int p) {
       std::is_same_v<E, float> ? pr::Storage{std::nullopt, p} : pr::Storage{pr::format_of<E>, p};
   const pr::StorageScope scope(storage);  // the twin rounds where a program of E at TP p stores
   std::vector<BoundRow> rows;
-  const std::size_t L = dm.g.blocks.size();
-  for (std::size_t l = 0; l < L; ++l) {
+  const std::size_t blocks = dm.g.blocks.size();
+  for (std::size_t l = 0; l < blocks; ++l) {
     // The block's dense pass (double): X → LN1 → attention → dropout, + X → Y1 → LN2 → MLP →
     // dropout, + Y1 → Y, and back. Each sub-layer is fed its input and its output's gradient.
     const ::ref::Block& b = dm.g.blocks[l];
     const ::ref::BlockOut& bo = dr.out.blocks[l];
     const ::ref::BlockGrads& bg = dr.grads.blocks[l];
     const M& x = l == 0 ? dr.out.x0 : dr.out.blocks[l - 1].y;
-    const M& dy = l + 1 < L ? dr.grads.blocks[l + 1].dx : dr.grads.fn.dx;
+    const M& dy = l + 1 < blocks ? dr.grads.blocks[l + 1].dx : dr.grads.fn.dx;
     const M dy1 = dy + bg.ln2.dx;                                          // the gradient at Y1
     const M dz_attn = ::ref::dropout(dy1, b.p, b.seed, b.drop_attn);       // dropout′ = the same mask
     const M dz_mlp = ::ref::dropout(dy, b.p, b.seed, b.drop_mlp);
     const int li = static_cast<int>(l);
     const auto round_e = [&](const M& m) { return M(m.unaryExpr([&](double v) { return o.round_to_dtype(v); })); };
     const std::string at = fmt::format("block {} ", l);
-    add_rows(rows, at + "ln1", [&] { return norm_pair<E>(o, b.ln1, round_e(x), round_e(bg.attn.dx), p); });
-    add_rows(rows, at + "attn", [&] { return attn_pair<E>(o, li, b.attn, round_e(bo.l1.y), round_e(dz_attn), p); });
-    add_rows(rows, at + "ln2", [&] { return norm_pair<E>(o, b.ln2, round_e(bo.y1), round_e(bg.mlp.dx), p); });
-    add_rows(rows, at + "mlp", [&] { return mlp_pair<E>(o, li, b.mlp, round_e(bo.l2.y), round_e(dz_mlp), p); });
+    add_rows(rows, at + "ln1", [&] { return norm_pair<E, L>(o, b.ln1, round_e(x), round_e(bg.attn.dx), p); });
+    add_rows(rows, at + "attn", [&] { return attn_pair<E, L>(o, li, b.attn, round_e(bo.l1.y), round_e(dz_attn), p); });
+    add_rows(rows, at + "ln2", [&] { return norm_pair<E, L>(o, b.ln2, round_e(bo.y1), round_e(bg.mlp.dx), p); });
+    add_rows(rows, at + "mlp", [&] { return mlp_pair<E, L>(o, li, b.mlp, round_e(bo.l2.y), round_e(dz_mlp), p); });
   }
   return rows;
+}
+
+/// The activations X[R] (tensor parallelism) or X[Row] (--sp: sequence parallelism).
+template <class E>
+std::vector<BoundRow> check_blocks_of(const Options& o, int p) {
+  return o.sp ? check_blocks<E, RowSharded>(o, p) : check_blocks<E, Replicated>(o, p);
 }
 
 }  // namespace
 
 std::vector<BoundRow> bound_rows(const Options& o, int p) {
-  if (o.dtype == "bf16") return check_blocks<Eigen::bfloat16>(o, p);
-  if (o.dtype == "fp16") return check_blocks<Eigen::half>(o, p);
-  return check_blocks<float>(o, p);
+  if (o.dtype == "bf16") return check_blocks_of<Eigen::bfloat16>(o, p);
+  if (o.dtype == "fp16") return check_blocks_of<Eigen::half>(o, p);
+  return check_blocks_of<float>(o, p);
 }
 
 int run_bounds(const Options& o, int p) {
@@ -193,19 +245,24 @@ int run_bounds(const Options& o, int p) {
       layers.push_back({{"layer", r.layer}, {"tensor", r.tensor}, {"elements", r.elements}, {"max_error_over_bound", r.max_ratio},
                         {"median_error_over_bound", r.median_ratio}, {"pass", r.pass()}, {"note", r.note}});
     const nlohmann::json j{{"mode", "bounds"},
-                           {"config", {{"tp", p}, {"dtype", o.dtype}, {"layers", o.layers}, {"hidden", o.hidden},
+                           {"config", {{"tp", p}, {"sp", o.sp}, {"dtype", o.dtype}, {"layers", o.layers}, {"hidden", o.hidden},
                                        {"heads", o.heads}, {"seq", o.seq}, {"batch", o.batch}, {"seed", o.seed},
                                        {"dropout", o.dropout}, {"act", o.act}, {"norm", o.norm}}},
                            {"layers", layers},
                            {"summary", {{"pass", pass}, {"max_error_over_bound", worst}}}};
     fmt::print("{}\n", j.dump(2));
   } else {
-    fmt::print("shardalg-verify: rounding bounds, {} with fp32 arithmetic, TP {} on threads\n", storage, p);
+    fmt::print("shardalg-verify: rounding bounds, {} with fp32 arithmetic, TP {} on threads{}\n", storage, p,
+               o.sp ? ", sequence parallel" : "");
     fmt::print("model    {} blocks, hidden {}, {} heads, seq {} × batch {}, {}, {}, dropout {:g}, seed {}\n", o.layers,
                o.hidden, o.heads, o.seq, o.batch, o.act, o.norm, o.dropout, o.seed);
     fmt::print("method   each sub-layer alone, fed the dense run's input and output gradient rounded to {}, against\n"
-               "         its dense twin over precision::Running (the bound per element); pass: error ÷ bound ≤ 1\n\n",
+               "         its dense twin over precision::Running (the bound per element); pass: error ÷ bound ≤ 1\n",
                o.dtype);
+    if (o.sp)
+      fmt::print("         sequence parallel, as SequenceParallelBlock: X[Row]; attention and MLP entered by all_gather,\n"
+                 "         left by reduce_scatter (+ bias after it); the norms' dγ, dβ Partial, then all_reduce\n");
+    fmt::print("\n");
     fmt::print("{:<13} {:<8} {:>9} {:>16} {:>9}  {}\n", "layer", "tensor", "elements", "max error÷bound", "median", "");
     for (const auto& r : rows) {
       if (!r.note.empty()) {
