@@ -89,6 +89,12 @@ void check_replicas_agree(const T* data, Index rows, Index cols, Group& g, std::
   }
 }
 
+
+#if defined(SHARDALG_EXTERN_TEMPLATES)  // compiled in src/algebra.cpp (base/linkage.hpp)
+extern template void check_replicas_agree<float>(const float*, Index, Index, Group&, std::string_view);
+extern template void check_replicas_agree<double>(const double*, Index, Index, Group&, std::string_view);
+#endif
+
 }  // namespace detail
 
 /// Every rank takes its share of `dense`, a matrix every rank holds (no communication; for

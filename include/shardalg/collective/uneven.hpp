@@ -21,6 +21,9 @@
 #include "shardalg/base/blocks.hpp"
 #include "shardalg/base/functors.hpp"
 #include "shardalg/comm/communicator.hpp"
+#if defined(SHARDALG_EXTERN_TEMPLATES)
+#include "shardalg/backend/cpu/backend.hpp"  // CpuBackend, for the instantiations declared below
+#endif
 
 namespace shardalg::detail {
 
@@ -110,5 +113,19 @@ typename B::template matrix<T> exchange_uneven(const typename B::template matrix
   g.all_to_allv(local.data(), sc.data(), flat.data(), rc.data(), ci);
   return B::unpack_col_blocks(flat, my_rows, col_blocks);
 }
+
+
+#if defined(SHARDALG_EXTERN_TEMPLATES)  // compiled in src/algebra.cpp (base/linkage.hpp)
+#define SHARDALG_UNEVEN_EXTERN(T)                                                                                \
+  extern template CpuBackend::matrix<T> gather_uneven<T, CpuBackend>(const CpuBackend::matrix<T>&, Index, Index, \
+                                                                      bool, Group&, const CallInfo&);            \
+  extern template CpuBackend::matrix<T> reduce_scatter_uneven<T, CpuBackend>(const CpuBackend::matrix<T>&, bool, \
+                                                                              Group&, const CallInfo&);          \
+  extern template CpuBackend::matrix<T> exchange_uneven<T, CpuBackend>(const CpuBackend::matrix<T>&, Index, Index, \
+                                                                        bool, Group&, const CallInfo&);
+SHARDALG_UNEVEN_EXTERN(float)
+SHARDALG_UNEVEN_EXTERN(double)
+#undef SHARDALG_UNEVEN_EXTERN
+#endif
 
 }  // namespace shardalg::detail

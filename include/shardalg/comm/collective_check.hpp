@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "shardalg/base/linkage.hpp"
 #include "shardalg/comm/communicator.hpp"
 #include "shardalg/base/checks.hpp"
 #include "shardalg/base/dtype.hpp"
@@ -88,7 +89,9 @@ inline bool same_call(const Fingerprint& a, const Fingerprint& b) {
 }
 
 /// "all_reduce f64 × 8 (#3, mlp.fwd)".
-inline std::string describe(const Fingerprint& f) {
+SHARDALG_FUNC std::string describe(const Fingerprint& f);
+#if SHARDALG_RUNTIME_BODIES  // base/linkage.hpp
+SHARDALG_FUNC std::string describe(const Fingerprint& f) {
   if (f.op == CheckedOp::none) return "none";
   std::string s(to_string(f.op));
   if (f.moves_data()) {
@@ -101,6 +104,7 @@ inline std::string describe(const Fingerprint& f) {
   if (!f.scope.empty()) s += cat(", ", f.scope);
   return s + ")";
 }
+#endif
 
 /// A fingerprint stored by value: fixed size, trivially copyable, no pointers (the strings are
 /// copied, truncated to 23, 23 and 79 bytes). ThreadComm's slots hold these (a peer may read a

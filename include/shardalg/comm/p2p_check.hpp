@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 
+#include "shardalg/base/linkage.hpp"
 #include "shardalg/base/dtype.hpp"
 #include "shardalg/base/errors.hpp"
 #include "shardalg/comm/communicator.hpp"
@@ -55,12 +56,15 @@ struct MessageRecord {
 static_assert(sizeof(MessageRecord) == 72, "MpiComm sends the record as 72 bytes");
 
 /// "f64 × 128, layout R, shape (4, 2, 16)".
-inline std::string describe(const MessageRecord& m) {
+SHARDALG_FUNC std::string describe(const MessageRecord& m);
+#if SHARDALG_RUNTIME_BODIES  // base/linkage.hpp
+SHARDALG_FUNC std::string describe(const MessageRecord& m) {
   std::string s = cat(to_string(static_cast<DType>(m.dtype)), " × ", m.count);
   if (m.has_layout()) s += cat(", layout ", m.layout_view());
   if (m.has_dims()) s += cat(", shape (", m.dims[0], ", ", m.dims[1], ", ", m.dims[2], ")");
   return s;
 }
+#endif
 
 /// Whether the message `got` may land in the receive `want` (see the top of the file).
 inline bool same_message(const MessageRecord& want, const MessageRecord& got) {

@@ -369,5 +369,10 @@ using ThreadComm = BasicThreadComm<HostOps>;
 static_assert(Communicator<ThreadComm> && InfoAwareCommunicator<ThreadComm> && VariableAllToAll<ThreadComm> &&
               AsyncPointToPoint<ThreadComm>);
 
+#if defined(SHARDALG_EXTERN_TEMPLATES)  // compiled in src/runtime.cpp (base/linkage.hpp)
+extern template class BasicThreadComm<HostOps>;
+extern template struct Group::Model<ThreadComm>;
+#endif
+
 }  // namespace shardalg
 

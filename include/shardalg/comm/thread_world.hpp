@@ -23,6 +23,7 @@
 
 #include "shardalg/base/checks.hpp"
 #include "shardalg/base/errors.hpp"
+#include "shardalg/base/linkage.hpp"
 #include "shardalg/comm/collective_check.hpp"
 #include "shardalg/comm/communicator.hpp"
 #include "shardalg/comm/p2p_check.hpp"
@@ -44,12 +45,7 @@ class WaitBoard {
     at_[static_cast<std::size_t>(root_rank)].waiting = false;
   }
   /// "; rank 1 waits in all_reduce f64 × 8 (#1) on another group of 2 ranks", or "" if it does not wait.
-  std::string describe_other(int rank, int root_rank) {
-    std::lock_guard lk(m_);
-    const Entry& e = at_[static_cast<std::size_t>(root_rank)];
-    if (!e.waiting) return {};
-    return cat("; rank ", rank, " waits in ", describe(e.fp.view()), " on another group of ", e.group_size, " ranks");
-  }
+  std::string describe_other(int rank, int root_rank);
 
  private:
   struct Entry {
@@ -67,32 +63,10 @@ class ThreadWorld {
   using Release = void (*)(void*);
   /// `name` prefixes every message ("ThreadComm", "SimComm"); `release` frees a staged message
   /// (the Ops' stage()).
-  explicit ThreadWorld(int n, std::string_view name = "ThreadComm", Release release = &release_host)
-      : send_(n),
-        recv_(n),
-        kind_(n),
-        bytes_(n),
-        fp_(n),
-        seq_(n),
-        name_(name),
-        release_(release),
-        n_(n),
-        spin_(static_cast<unsigned>(n) <= std::thread::hardware_concurrency()),
-        arrived_at_(n),
-        recv_from_(n, -1),
-        board_(std::make_shared<WaitBoard>(n)),
-        root_rank_(static_cast<std::size_t>(n)) {
-    for (int r = 0; r < n; ++r) root_rank_[static_cast<std::size_t>(r)] = r;
-    split_slot_.resize(static_cast<std::size_t>(n));
-    send_counts_.resize(static_cast<std::size_t>(n));
-    recv_counts_.resize(static_cast<std::size_t>(n));
-  }
+  explicit ThreadWorld(int n, std::string_view name = "ThreadComm", Release release = &release_host);
   ThreadWorld(const ThreadWorld&) = delete;
   ThreadWorld& operator=(const ThreadWorld&) = delete;
-  ~ThreadWorld() {
-    for (auto& [key, box] : mail_)
-      for (auto& [t, m] : box.msgs) release_(m.buf);
-  }
+  ~ThreadWorld();
   static void release_host(void* p) { ::operator delete(p); }
 
   [[nodiscard]] std::string_view name() const { return name_; }
@@ -117,74 +91,13 @@ class ThreadWorld {
   /// `fp` (checked mode, the rendezvous' entrance): this rank's fingerprint, written into its slot
   /// under the lock, and the watchdog: after collective_timeout() the wait ends in
   /// CollectiveTimeoutError naming what every rank is in, and the world is aborted.
-  void barrier(int rank, const Fingerprint* fp = nullptr) {
-    std::unique_lock lk(m_);
-    if (aborted_) throw_aborted();
-    const auto gen = generation_.load(std::memory_order_relaxed);
-    arrived_at_[rank] = gen + 1;
-    if (fp) fp_[rank] = FingerprintRecord(*fp);
-    if (++arrived_ == n_) {
-      arrived_ = 0;
-      generation_.store(gen + 1, std::memory_order_release);
-      cv_.notify_all();
-      return;
-    }
-    if (spin_) {
-      lk.unlock();
-      for (int i = 0; i < 20000; ++i) {
-        if (generation_.load(std::memory_order_acquire) != gen) return;
-        if (aborted_flag_.load(std::memory_order_relaxed)) break;
-        cpu_relax();
-      }
-      lk.lock();
-    }
-    const auto released = [&] { return generation_.load(std::memory_order_acquire) != gen || aborted_; };
-    if (fp) {
-      struct OnBoard {
-        WaitBoard& b;
-        int who;
-        ~OnBoard() { b.clear(who); }
-      } on_board{*board_, root_rank_[static_cast<std::size_t>(rank)]};
-      board_->set(on_board.who, fp_[rank], n_);
-      const double limit = collective_timeout();
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
-      if (!cv_.wait_until(lk, deadline, released)) {
-        std::string msg = cat(name_, ": rank ", rank, " waited more than ", timeout_text(limit), " in ",
-                              describe(*fp), others(rank));
-        abort_locked();
-        throw CollectiveTimeoutError(std::move(msg));
-      }
-    } else {
-      cv_.wait(lk, released);
-    }
-    if (generation_.load(std::memory_order_acquire) == gen) throw_aborted();
-  }
+  void barrier(int rank, const Fingerprint* fp = nullptr);
 
-  void abort() {
-    std::vector<std::weak_ptr<ThreadWorld>> children;
-    {
-      std::lock_guard lk(m_);
-      abort_locked();
-      children = children_;
-    }
-    for (auto& c : children)  // a mesh's sub-worlds: their waiters are released too
-      if (auto w = c.lock()) w->abort();
-  }
+  void abort();
 
   /// A sub-world made by ThreadComm::split: aborting this world aborts it (and it starts aborted
   /// when this one already is). `ranks_here[c]`: the rank in this world of the child's rank c.
-  void adopt(const std::shared_ptr<ThreadWorld>& child, const std::vector<int>& ranks_here) {
-    child->board_ = board_;
-    for (std::size_t c = 0; c < ranks_here.size(); ++c)
-      child->root_rank_[c] = root_rank_[static_cast<std::size_t>(ranks_here[c])];
-    bool aborted = false;
-    {
-      std::lock_guard lk(m_);
-      children_.push_back(child);
-      aborted = aborted_;
-    }
-    if (aborted) child->abort();
-  }
+  void adopt(const std::shared_ptr<ThreadWorld>& child, const std::vector<int>& ranks_here);
   // split(): the sub-world a color's leader made, read by the color's other ranks.
   std::vector<std::shared_ptr<ThreadWorld>> split_slot_;
 
@@ -262,15 +175,7 @@ class ThreadWorld {
   /// irecv: a ticket, and when its message has not arrived yet, the buffer registered for the
   /// sender to copy into (null when the message is already here: the receiver copies it).
   std::pair<std::uint64_t, std::shared_ptr<Posted>> claim_into(int src, int dst, void* buf, std::size_t bytes,
-                                                               const MessageRecord& want) {
-    std::lock_guard lk(m_);
-    auto& box = mail_[{src, dst}];
-    const std::uint64_t t = box.claimed++;
-    if (box.msgs.count(t)) return {t, nullptr};
-    auto p = std::make_shared<Posted>(Posted{buf, bytes, want, 0, 0, MessageRecord{}});
-    box.posted.emplace(t, p);
-    return {t, p};
-  }
+                                                               const MessageRecord& want);
   /// Blocking recv: claim the next message and wait for it. `watch` (checked mode): after
   /// collective_timeout() the wait ends in CollectiveTimeoutError.
   template <class Ops>
@@ -326,41 +231,16 @@ class ThreadWorld {
   /// A posted receive given up (its rank unwinds an error): no sender writes into its buffer
   /// after this returns — a copy under way is waited for (it is short and never blocks), a
   /// message not arrived yet will be staged and dropped with the world. Never throws.
-  void cancel_ticket(int src, int dst, std::uint64_t ticket, Posted* p) noexcept {
-    std::unique_lock lk(m_);
-    auto& box = mail_[{src, dst}];
-    if (p) {
-      mail_cv_.wait(lk, [&] { return p->state != 1; });
-      box.posted.erase(ticket);
-      return;
-    }
-    if (auto it = box.msgs.find(ticket); it != box.msgs.end()) {
-      release_(it->second.buf);
-      box.msgs.erase(it);
-    }
-  }
+  void cancel_ticket(int src, int dst, std::uint64_t ticket, Posted* p) noexcept;
   /// run_ranks, when every rank ended in an abort: the failure that caused it, if a dropped
   /// Request hid it (note_dropped_failure), as a CommAbortedError; else nothing.
-  void rethrow_dropped_failure() {
-    std::lock_guard lk(m_);
-    if (!dropped_failure_.empty()) throw CommAbortedError(cat(name_, ": collective aborted; ", dropped_failure_));
-  }
+  void rethrow_dropped_failure();
   /// A Request destroyed unfinished whose wait failed on rank `rank` (its error could not leave
   /// the destructor): every rank's next abort names it, instead of "another rank failed".
-  void note_dropped_failure(int rank, const std::string& what) noexcept {
-    try {
-      std::lock_guard lk(m_);
-      if (dropped_failure_.empty())
-        dropped_failure_ = cat("rank ", rank, " destroyed an unfinished Request whose wait failed: ", what);
-    } catch (...) {
-    }
-  }
+  void note_dropped_failure(int rank, const std::string& what) noexcept;
 
  private:
-  [[noreturn]] void throw_aborted() const {
-    if (!dropped_failure_.empty()) throw CommAbortedError(cat(name_, ": collective aborted; ", dropped_failure_));
-    throw CommAbortedError(cat(name_, ": another rank failed; collective aborted"));
-  }
+  [[noreturn]] void throw_aborted() const;
   void abort_locked() {
     aborted_ = true;
     aborted_flag_.store(true);
@@ -369,18 +249,7 @@ class ThreadWorld {
   }
   /// What the ranks other than `me` are in, for the watchdog's message (under the lock):
   /// "; rank 1 waits in all_reduce f64 × 8 (#3); rank 2 is not in a collective (its last: none)".
-  std::string others(int me) const {
-    const std::uint64_t at = generation_.load(std::memory_order_relaxed) + 1;  // the barrier now filling
-    std::string s;
-    for (int r = 0; r < n_; ++r) {
-      if (r == me) continue;
-      if (arrived_at_[r] == at) s += cat("; rank ", r, " waits in ", describe(fp_[r].view()));
-      else if (recv_from_[r] >= 0) s += cat("; rank ", r, " waits in recv from rank ", recv_from_[r]);
-      else if (std::string o = board_->describe_other(r, root_rank_[static_cast<std::size_t>(r)]); !o.empty()) s += o;
-      else s += cat("; rank ", r, " is not in a collective (its last: ", describe(fp_[r].view()), ")");
-    }
-    return s;
-  }
+  std::string others(int me) const;
 
   static void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -433,5 +302,166 @@ class ThreadWorld {
   std::map<std::pair<int, int>, Mailbox> mail_;
   std::vector<std::weak_ptr<ThreadWorld>> children_;
 };
+
+#if SHARDALG_RUNTIME_BODIES  // base/linkage.hpp
+
+SHARDALG_FUNC std::string WaitBoard::describe_other(int rank, int root_rank) {
+  std::lock_guard lk(m_);
+  const Entry& e = at_[static_cast<std::size_t>(root_rank)];
+  if (!e.waiting) return {};
+  return cat("; rank ", rank, " waits in ", describe(e.fp.view()), " on another group of ", e.group_size, " ranks");
+}
+
+SHARDALG_FUNC ThreadWorld::ThreadWorld(int n, std::string_view name, Release release)
+    : send_(n),
+      recv_(n),
+      kind_(n),
+      bytes_(n),
+      fp_(n),
+      seq_(n),
+      name_(name),
+      release_(release),
+      n_(n),
+      spin_(static_cast<unsigned>(n) <= std::thread::hardware_concurrency()),
+      arrived_at_(n),
+      recv_from_(n, -1),
+      board_(std::make_shared<WaitBoard>(n)),
+      root_rank_(static_cast<std::size_t>(n)) {
+  for (int r = 0; r < n; ++r) root_rank_[static_cast<std::size_t>(r)] = r;
+  split_slot_.resize(static_cast<std::size_t>(n));
+  send_counts_.resize(static_cast<std::size_t>(n));
+  recv_counts_.resize(static_cast<std::size_t>(n));
+}
+
+SHARDALG_FUNC ThreadWorld::~ThreadWorld() {
+  for (auto& [key, box] : mail_)
+    for (auto& [t, m] : box.msgs) release_(m.buf);
+}
+
+SHARDALG_FUNC void ThreadWorld::barrier(int rank, const Fingerprint* fp) {
+  std::unique_lock lk(m_);
+  if (aborted_) throw_aborted();
+  const auto gen = generation_.load(std::memory_order_relaxed);
+  arrived_at_[rank] = gen + 1;
+  if (fp) fp_[rank] = FingerprintRecord(*fp);
+  if (++arrived_ == n_) {
+    arrived_ = 0;
+    generation_.store(gen + 1, std::memory_order_release);
+    cv_.notify_all();
+    return;
+  }
+  if (spin_) {
+    lk.unlock();
+    for (int i = 0; i < 20000; ++i) {
+      if (generation_.load(std::memory_order_acquire) != gen) return;
+      if (aborted_flag_.load(std::memory_order_relaxed)) break;
+      cpu_relax();
+    }
+    lk.lock();
+  }
+  const auto released = [&] { return generation_.load(std::memory_order_acquire) != gen || aborted_; };
+  if (fp) {
+    struct OnBoard {
+      WaitBoard& b;
+      int who;
+      ~OnBoard() { b.clear(who); }
+    } on_board{*board_, root_rank_[static_cast<std::size_t>(rank)]};
+    board_->set(on_board.who, fp_[rank], n_);
+    const double limit = collective_timeout();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
+    if (!cv_.wait_until(lk, deadline, released)) {
+      std::string msg = cat(name_, ": rank ", rank, " waited more than ", timeout_text(limit), " in ",
+                            describe(*fp), others(rank));
+      abort_locked();
+      throw CollectiveTimeoutError(std::move(msg));
+    }
+  } else {
+    cv_.wait(lk, released);
+  }
+  if (generation_.load(std::memory_order_acquire) == gen) throw_aborted();
+}
+
+SHARDALG_FUNC void ThreadWorld::abort() {
+  std::vector<std::weak_ptr<ThreadWorld>> children;
+  {
+    std::lock_guard lk(m_);
+    abort_locked();
+    children = children_;
+  }
+  for (auto& c : children)  // a mesh's sub-worlds: their waiters are released too
+    if (auto w = c.lock()) w->abort();
+}
+
+SHARDALG_FUNC void ThreadWorld::adopt(const std::shared_ptr<ThreadWorld>& child, const std::vector<int>& ranks_here) {
+  child->board_ = board_;
+  for (std::size_t c = 0; c < ranks_here.size(); ++c)
+    child->root_rank_[c] = root_rank_[static_cast<std::size_t>(ranks_here[c])];
+  bool aborted = false;
+  {
+    std::lock_guard lk(m_);
+    children_.push_back(child);
+    aborted = aborted_;
+  }
+  if (aborted) child->abort();
+}
+
+SHARDALG_FUNC std::pair<std::uint64_t, std::shared_ptr<ThreadWorld::Posted>> ThreadWorld::claim_into(
+    int src, int dst, void* buf, std::size_t bytes, const MessageRecord& want) {
+  std::lock_guard lk(m_);
+  auto& box = mail_[{src, dst}];
+  const std::uint64_t t = box.claimed++;
+  if (box.msgs.count(t)) return {t, nullptr};
+  auto p = std::make_shared<Posted>(Posted{buf, bytes, want, 0, 0, MessageRecord{}});
+  box.posted.emplace(t, p);
+  return {t, p};
+}
+
+SHARDALG_FUNC void ThreadWorld::cancel_ticket(int src, int dst, std::uint64_t ticket, Posted* p) noexcept {
+  std::unique_lock lk(m_);
+  auto& box = mail_[{src, dst}];
+  if (p) {
+    mail_cv_.wait(lk, [&] { return p->state != 1; });
+    box.posted.erase(ticket);
+    return;
+  }
+  if (auto it = box.msgs.find(ticket); it != box.msgs.end()) {
+    release_(it->second.buf);
+    box.msgs.erase(it);
+  }
+}
+
+SHARDALG_FUNC void ThreadWorld::rethrow_dropped_failure() {
+  std::lock_guard lk(m_);
+  if (!dropped_failure_.empty()) throw CommAbortedError(cat(name_, ": collective aborted; ", dropped_failure_));
+}
+
+SHARDALG_FUNC void ThreadWorld::note_dropped_failure(int rank, const std::string& what) noexcept {
+  try {
+    std::lock_guard lk(m_);
+    if (dropped_failure_.empty())
+      dropped_failure_ = cat("rank ", rank, " destroyed an unfinished Request whose wait failed: ", what);
+  } catch (...) {
+  }
+}
+
+SHARDALG_FUNC void ThreadWorld::throw_aborted() const {
+  if (!dropped_failure_.empty()) throw CommAbortedError(cat(name_, ": collective aborted; ", dropped_failure_));
+  throw CommAbortedError(cat(name_, ": another rank failed; collective aborted"));
+}
+
+SHARDALG_FUNC std::string ThreadWorld::others(int me) const {
+  const std::uint64_t at = generation_.load(std::memory_order_relaxed) + 1;  // the barrier now filling
+  std::string s;
+  for (int r = 0; r < n_; ++r) {
+    if (r == me) continue;
+    if (arrived_at_[r] == at) s += cat("; rank ", r, " waits in ", describe(fp_[r].view()));
+    else if (recv_from_[r] >= 0) s += cat("; rank ", r, " waits in recv from rank ", recv_from_[r]);
+    else if (std::string o = board_->describe_other(r, root_rank_[static_cast<std::size_t>(r)]); !o.empty()) s += o;
+    else s += cat("; rank ", r, " is not in a collective (its last: ", describe(fp_[r].view()), ")");
+  }
+  return s;
+}
+
+#endif  // SHARDALG_RUNTIME_BODIES
 
 }  // namespace shardalg::detail

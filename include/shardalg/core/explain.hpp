@@ -95,13 +95,15 @@ template <class F>
   return ExplainOp(r, op, t, std::forward<F>(layouts)());
 }
 /// The same with the text as pieces, written one after another only when the log is on.
-[[nodiscard]] inline ExplainOp explain_op(const Group& g, std::string_view op, DType t,
-                                          std::initializer_list<Note> layouts) {
+[[nodiscard]] SHARDALG_FUNC ExplainOp explain_op(const Group& g, std::string_view op, DType t, std::initializer_list<Note> layouts);
+#if SHARDALG_RUNTIME_BODIES  // base/linkage.hpp
+SHARDALG_FUNC ExplainOp explain_op(const Group& g, std::string_view op, DType t, std::initializer_list<Note> layouts) {
   Recorder* r = g.recorder();
   if (!r || !r->explaining()) return {};
   std::string text;
   for (const Note& n : layouts) n.write(text);
   return ExplainOp(r, op, t, std::move(text));
 }
+#endif
 
 }  // namespace shardalg

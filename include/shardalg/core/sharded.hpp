@@ -8,6 +8,7 @@
 #include <string_view>
 #include <utility>
 
+#include "shardalg/base/linkage.hpp"
 #include "shardalg/comm/communicator.hpp"
 #include "shardalg/backend/cpu/backend.hpp"
 #include "shardalg/base/blocks.hpp"
@@ -170,13 +171,16 @@ inline std::string describe_group(const Group& g) {
 
 /// The same group, or GroupMismatchError naming the operation and both groups. Two groups of
 /// one kind and size (two thread worlds, two MPI sub-communicators) read "… and another …".
-inline void check_same_group(const Group& a, const Group& b, std::string_view op) {
+SHARDALG_FUNC void check_same_group(const Group& a, const Group& b, std::string_view op);
+#if SHARDALG_RUNTIME_BODIES  // base/linkage.hpp
+SHARDALG_FUNC void check_same_group(const Group& a, const Group& b, std::string_view op) {
   if (same_group(a, b)) return;
   const std::string da = describe_group(a);
   std::string db = describe_group(b);
   if (db == da) db = db.starts_with("a ") ? "another " + db.substr(2) : "another " + db;
   throw GroupMismatchError(cat(op, ": operands belong to different communicator groups (", da, " and ", db, ")"));
 }
+#endif
 
 /// The handle the result of a binary operation carries. Both operands must be on one group
 /// (EmptyTensorError for a default-constructed operand, GroupMismatchError otherwise). Two

@@ -29,8 +29,12 @@
 #include <utility>
 #include <vector>
 
+#include "shardalg/base/linkage.hpp"
 #include "shardalg/comm/communicator.hpp"
 #include "shardalg/observe/explain_log.hpp"
+#if defined(SHARDALG_EXTERN_TEMPLATES)
+#include "shardalg/comm/thread.hpp"  // ThreadComm, for its ledgered instantiation below
+#endif
 
 namespace shardalg {
 
@@ -72,20 +76,7 @@ class Ledger final : public Recorder {
 
   /// Records a collective as it starts; returns its index (npos for verification traffic).
   std::size_t record(CollectiveKind kind, std::size_t elements, DType dtype, const CallInfo& info,
-                     int group_size, std::string_view axis = {}, int peer = -1) {
-    if (info.verification) return npos;
-    const double t = now();
-    entries_.push_back({kind, elements, elements * size_of(dtype), dtype, std::string(info.layout_in),
-                        std::string(info.layout_out), path_, group_size, t, t, std::string(axis), peer});
-    const std::size_t k = entries_.size() - 1;
-    if (explaining_) {
-      if (open_.empty())  // a raw Group call: a line of its own
-        ops_.push_back({path_, 0, "-", std::string(to_string(dtype)),
-                        std::string(info.layout_in) + " → " + std::string(info.layout_out), {k}});
-      else ops_[open_.back()].collectives.push_back(k);
-    }
-    return k;
-  }
+                     int group_size, std::string_view axis = {}, int peer = -1);
   /// Entry `k` (from record) has finished: the decorator calls this after forwarding the call.
   void finish(std::size_t k) {
     if (k < entries_.size()) entries_[k].end_seconds = now();
@@ -102,24 +93,7 @@ class Ledger final : public Recorder {
   /// the system clock (since 1970), so the traces of ranks whose ledgers were made at different
   /// times — threads, or processes on one host — line up: merge them by concatenating their
   /// "traceEvents".
-  [[nodiscard]] std::string chrome_trace(int rank = 0) const {
-    std::ostringstream os;
-    os << std::fixed << std::setprecision(3) << "{\"traceEvents\": [";
-    for (std::size_t i = 0; i < entries_.size(); ++i) {
-      const auto& e = entries_[i];
-      os << (i ? ",\n" : "\n") << "{\"name\": \"" << to_string(e.kind) << "\", \"cat\": \""
-         << json_escape(e.scope.empty() ? "-" : e.scope) << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << rank
-         << ", \"ts\": ";
-      write_wall_us(os, e.start_seconds);
-      os << ", \"dur\": " << (e.end_seconds - e.start_seconds) * 1e6 << ", \"args\": {\"layouts\": \"" << json_escape(e.layout_in + " -> " + e.layout_out)
-         << "\", \"elements\": " << e.elements << ", \"bytes\": " << e.bytes << ", \"dtype\": \""
-         << to_string(e.dtype) << "\", \"group_size\": " << e.group_size;
-      if (e.peer >= 0) os << ", \"peer\": " << e.peer;
-      os << "}}";
-    }
-    os << "\n], \"displayTimeUnit\": \"ms\"}\n";
-    return os.str();
-  }
+  [[nodiscard]] std::string chrome_trace(int rank = 0) const;
 
   [[nodiscard]] const std::vector<LedgerEntry>& entries() const { return entries_; }
   /// Forgets the entries and the explain log (ops still open stay open).
@@ -134,46 +108,13 @@ class Ledger final : public Recorder {
   void explain(bool on) { explaining_ = on; }
   [[nodiscard]] bool explaining() const override { return explaining_; }
   /// An op starts: the collectives recorded until close_op() are its own. Ops nest.
-  void open_op(std::string op, std::string dtype, std::string layouts) override {
-    ops_.push_back({path_, static_cast<int>(open_.size()), std::move(op), std::move(dtype), std::move(layouts), {}});
-    open_.push_back(ops_.size() - 1);
-  }
+  void open_op(std::string op, std::string dtype, std::string layouts) override;
   void close_op() override {
     if (!open_.empty()) open_.pop_back();
   }
   [[nodiscard]] const std::vector<ExplainRecord>& explained() const { return ops_; }
   /// The explain log as a table: one line per op (children indented), its collectives beside it.
-  [[nodiscard]] std::string explain_log() const {
-    std::size_t ws = 5, wo = 2, wl = 7;
-    for (const auto& r : ops_) {
-      ws = std::max(ws, r.scope.empty() ? 1 : r.scope.size());
-      wo = std::max(wo, 2 * static_cast<std::size_t>(r.depth) + r.op.size());
-      wl = std::max(wl, utf8_length(r.layouts));
-    }
-    std::ostringstream os;
-    auto line = [&](const std::string& sc, const std::string& op, const std::string& dt, const std::string& lay,
-                    const std::string& coll) {
-      os << detail::pad_utf8(sc, ws) << detail::pad_utf8(op, wo) << detail::pad_utf8(dt, 5)
-         << detail::pad_utf8(lay, wl) << coll << '\n';
-    };
-    line("scope", "op", "dtype", "layouts", "collectives");
-    for (const auto& r : ops_) {
-      std::vector<std::string> coll;
-      for (std::size_t k : r.collectives) {
-        if (k >= entries_.size()) continue;
-        const auto& e = entries_[k];
-        std::ostringstream c;
-        c << to_string(e.kind) << ' ' << e.elements << " x " << to_string(e.dtype) << " = "
-          << detail::human_bytes(e.bytes) << " on " << e.group_size << (e.group_size == 1 ? " rank" : " ranks");
-        coll.push_back(c.str());
-      }
-      if (coll.empty()) coll.push_back("-");
-      const std::string indent(2 * static_cast<std::size_t>(r.depth), ' ');
-      line(r.scope.empty() ? "-" : r.scope, indent + r.op, r.dtype, r.layouts, coll[0]);
-      for (std::size_t i = 1; i < coll.size(); ++i) line("", "", "", "", coll[i]);
-    }
-    return os.str();
-  }
+  [[nodiscard]] std::string explain_log() const;
 
   /// True when `entry_scope` is `scope` or nested inside it ("" matches everything).
   static bool in_scope(std::string_view entry_scope, std::string_view scope) {
@@ -182,12 +123,7 @@ class Ledger final : public Recorder {
     return entry_scope.size() == scope.size() || entry_scope[scope.size()] == '/';
   }
 
-  [[nodiscard]] std::vector<LedgerEntry> select(std::string_view scope = "") const {
-    std::vector<LedgerEntry> out;
-    for (const auto& e : entries_)
-      if (in_scope(e.scope, scope)) out.push_back(e);
-    return out;
-  }
+  [[nodiscard]] std::vector<LedgerEntry> select(std::string_view scope = "") const;
   [[nodiscard]] std::size_t count(std::string_view scope = "") const { return select(scope).size(); }
   [[nodiscard]] std::size_t count(CollectiveKind k, std::string_view scope = "") const {
     std::size_t n = 0;
@@ -209,60 +145,17 @@ class Ledger final : public Recorder {
 
   /// One line per entry: scope, mesh axis ("-" for a whole world), kind, layouts, elements,
   /// bytes, dtype. The text columns widen to their longest entry.
-  [[nodiscard]] std::string table() const {
-    std::size_t ws = 22, wa = 6, wk = 16, wl = 20;
-    for (const auto& e : entries_) {
-      ws = std::max(ws, (e.scope.empty() ? 1 : utf8_length(e.scope)) + 2);
-      wa = std::max(wa, (e.axis.empty() ? 1 : e.axis.size()) + 2);
-      wk = std::max(wk, to_string(e.kind).size() + 2);
-      wl = std::max(wl, utf8_length(e.layout_in + " -> " + e.layout_out) + 2);
-    }
-    std::ostringstream os;
-    const auto cell = [&](const std::string& text, std::size_t w) {
-      const std::size_t n = utf8_length(text);
-      os << text << std::string(w > n ? w - n : 1, ' ');
-    };
-    cell("scope", ws);
-    cell("axis", wa);
-    cell("collective", wk);
-    cell("layouts", wl);
-    os << std::right << std::setw(12) << "elements" << std::setw(12) << "bytes" << "  dtype\n";
-    for (const auto& e : entries_) {
-      cell(e.scope.empty() ? "-" : e.scope, ws);
-      cell(e.axis.empty() ? "-" : e.axis, wa);
-      cell(std::string(to_string(e.kind)), wk);
-      cell(e.layout_in + " -> " + e.layout_out, wl);
-      os << std::right << std::setw(12) << e.elements << std::setw(12) << e.bytes << "  " << to_string(e.dtype)
-         << '\n';
-    }
-    return os.str();
-  }
+  [[nodiscard]] std::string table() const;
 
   /// Recorder: the scope labels (Scope above, or scope(group, label) through a Group).
-  void push_scope(std::string label) override {
-    stack_.push_back(path_.size());
-    if (!path_.empty()) path_ += '/';
-    path_ += label;
-  }
-  void pop_scope() override {
-    path_.resize(stack_.back());
-    stack_.pop_back();
-  }
+  void push_scope(std::string label) override;
+  void pop_scope() override;
 
  private:
 
   // Microseconds since 1970 of a time `seconds` after this ledger was made, with three decimals
   // (the whole part in integers: a double holds the sum to a quarter of a microsecond only).
-  void write_wall_us(std::ostream& os, double seconds) const {
-    const double us = seconds * 1e6;
-    auto whole = static_cast<long long>(us);
-    auto milli = std::llround((us - static_cast<double>(whole)) * 1000.0);
-    if (milli >= 1000) {
-      ++whole;
-      milli -= 1000;
-    }
-    os << wall0_us_ + whole << '.' << std::setw(3) << std::setfill('0') << milli << std::setfill(' ');
-  }
+  void write_wall_us(std::ostream& os, double seconds) const;
 
   static std::string json_escape(std::string_view in) {
     std::string out;
@@ -434,5 +327,145 @@ template <Communicator C>
 Group ledgered(C comm, Ledger& ledger) {
   return Group(Ledgered<C>(std::move(comm), ledger));
 }
+
+#if defined(SHARDALG_EXTERN_TEMPLATES)  // compiled in src/runtime.cpp (base/linkage.hpp)
+extern template class Ledgered<ThreadComm>;
+extern template struct Group::Model<Ledgered<ThreadComm>>;
+#endif
+
+
+#if SHARDALG_RUNTIME_BODIES  // base/linkage.hpp
+
+SHARDALG_FUNC std::size_t Ledger::record(CollectiveKind kind, std::size_t elements, DType dtype, const CallInfo& info,
+                                        int group_size, std::string_view axis, int peer) {
+  if (info.verification) return npos;
+  const double t = now();
+  entries_.push_back({kind, elements, elements * size_of(dtype), dtype, std::string(info.layout_in),
+                      std::string(info.layout_out), path_, group_size, t, t, std::string(axis), peer});
+  const std::size_t k = entries_.size() - 1;
+  if (explaining_) {
+    if (open_.empty())  // a raw Group call: a line of its own
+      ops_.push_back({path_, 0, "-", std::string(to_string(dtype)),
+                      std::string(info.layout_in) + " → " + std::string(info.layout_out), {k}});
+    else ops_[open_.back()].collectives.push_back(k);
+  }
+  return k;
+}
+
+SHARDALG_FUNC std::string Ledger::chrome_trace(int rank) const {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(3) << "{\"traceEvents\": [";
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    const auto& e = entries_[i];
+    os << (i ? ",\n" : "\n") << "{\"name\": \"" << to_string(e.kind) << "\", \"cat\": \""
+       << json_escape(e.scope.empty() ? "-" : e.scope) << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << rank
+       << ", \"ts\": ";
+    write_wall_us(os, e.start_seconds);
+    os << ", \"dur\": " << (e.end_seconds - e.start_seconds) * 1e6 << ", \"args\": {\"layouts\": \"" << json_escape(e.layout_in + " -> " + e.layout_out)
+       << "\", \"elements\": " << e.elements << ", \"bytes\": " << e.bytes << ", \"dtype\": \""
+       << to_string(e.dtype) << "\", \"group_size\": " << e.group_size;
+    if (e.peer >= 0) os << ", \"peer\": " << e.peer;
+    os << "}}";
+  }
+  os << "\n], \"displayTimeUnit\": \"ms\"}\n";
+  return os.str();
+}
+
+SHARDALG_FUNC void Ledger::open_op(std::string op, std::string dtype, std::string layouts) {
+  ops_.push_back({path_, static_cast<int>(open_.size()), std::move(op), std::move(dtype), std::move(layouts), {}});
+  open_.push_back(ops_.size() - 1);
+}
+
+SHARDALG_FUNC std::string Ledger::explain_log() const {
+  std::size_t ws = 5, wo = 2, wl = 7;
+  for (const auto& r : ops_) {
+    ws = std::max(ws, r.scope.empty() ? 1 : r.scope.size());
+    wo = std::max(wo, 2 * static_cast<std::size_t>(r.depth) + r.op.size());
+    wl = std::max(wl, utf8_length(r.layouts));
+  }
+  std::ostringstream os;
+  auto line = [&](const std::string& sc, const std::string& op, const std::string& dt, const std::string& lay,
+                  const std::string& coll) {
+    os << detail::pad_utf8(sc, ws) << detail::pad_utf8(op, wo) << detail::pad_utf8(dt, 5)
+       << detail::pad_utf8(lay, wl) << coll << '\n';
+  };
+  line("scope", "op", "dtype", "layouts", "collectives");
+  for (const auto& r : ops_) {
+    std::vector<std::string> coll;
+    for (std::size_t k : r.collectives) {
+      if (k >= entries_.size()) continue;
+      const auto& e = entries_[k];
+      std::ostringstream c;
+      c << to_string(e.kind) << ' ' << e.elements << " x " << to_string(e.dtype) << " = "
+        << detail::human_bytes(e.bytes) << " on " << e.group_size << (e.group_size == 1 ? " rank" : " ranks");
+      coll.push_back(c.str());
+    }
+    if (coll.empty()) coll.push_back("-");
+    const std::string indent(2 * static_cast<std::size_t>(r.depth), ' ');
+    line(r.scope.empty() ? "-" : r.scope, indent + r.op, r.dtype, r.layouts, coll[0]);
+    for (std::size_t i = 1; i < coll.size(); ++i) line("", "", "", "", coll[i]);
+  }
+  return os.str();
+}
+
+SHARDALG_FUNC std::vector<LedgerEntry> Ledger::select(std::string_view scope) const {
+  std::vector<LedgerEntry> out;
+  for (const auto& e : entries_)
+    if (in_scope(e.scope, scope)) out.push_back(e);
+  return out;
+}
+
+SHARDALG_FUNC std::string Ledger::table() const {
+  std::size_t ws = 22, wa = 6, wk = 16, wl = 20;
+  for (const auto& e : entries_) {
+    ws = std::max(ws, (e.scope.empty() ? 1 : utf8_length(e.scope)) + 2);
+    wa = std::max(wa, (e.axis.empty() ? 1 : e.axis.size()) + 2);
+    wk = std::max(wk, to_string(e.kind).size() + 2);
+    wl = std::max(wl, utf8_length(e.layout_in + " -> " + e.layout_out) + 2);
+  }
+  std::ostringstream os;
+  const auto cell = [&](const std::string& text, std::size_t w) {
+    const std::size_t n = utf8_length(text);
+    os << text << std::string(w > n ? w - n : 1, ' ');
+  };
+  cell("scope", ws);
+  cell("axis", wa);
+  cell("collective", wk);
+  cell("layouts", wl);
+  os << std::right << std::setw(12) << "elements" << std::setw(12) << "bytes" << "  dtype\n";
+  for (const auto& e : entries_) {
+    cell(e.scope.empty() ? "-" : e.scope, ws);
+    cell(e.axis.empty() ? "-" : e.axis, wa);
+    cell(std::string(to_string(e.kind)), wk);
+    cell(e.layout_in + " -> " + e.layout_out, wl);
+    os << std::right << std::setw(12) << e.elements << std::setw(12) << e.bytes << "  " << to_string(e.dtype)
+       << '\n';
+  }
+  return os.str();
+}
+
+SHARDALG_FUNC void Ledger::push_scope(std::string label) {
+  stack_.push_back(path_.size());
+  if (!path_.empty()) path_ += '/';
+  path_ += label;
+}
+
+SHARDALG_FUNC void Ledger::pop_scope() {
+  path_.resize(stack_.back());
+  stack_.pop_back();
+}
+
+SHARDALG_FUNC void Ledger::write_wall_us(std::ostream& os, double seconds) const {
+  const double us = seconds * 1e6;
+  auto whole = static_cast<long long>(us);
+  auto milli = std::llround((us - static_cast<double>(whole)) * 1000.0);
+  if (milli >= 1000) {
+    ++whole;
+    milli -= 1000;
+  }
+  os << wall0_us_ + whole << '.' << std::setw(3) << std::setfill('0') << milli << std::setfill(' ');
+}
+
+#endif  // SHARDALG_RUNTIME_BODIES
 
 }  // namespace shardalg
