@@ -20,7 +20,7 @@ struct BoundRow {
   [[nodiscard]] bool pass() const { return note.empty() && max_ratio <= 1.0; }
 };
 
-/// The rows of o's model at TP p on threads.
+/// The rows of o's model at TP p on threads (sequence-parallel when o.sp).
 std::vector<BoundRow> bound_rows(const Options& o, int p);
 /// The check, printed as text or JSON (o.json); the exit status: 0 pass, 1 a tensor over its bound.
 int run_bounds(const Options& o, int p);
