@@ -12,27 +12,12 @@
 
 namespace shardalg::detail {
 
-#define SHARDALG_ALGEBRA_L(T, L)                                                                                  \
-  template Moving<T, CpuBackend> run_chain_on<T, L, CpuBackend>(const Sharded<T, L, CpuBackend>&, const plan::Chain&); \
-  template Moving<T, CpuBackend> run_chain_on<T, L, CpuBackend>(const Sharded<T, L, CpuBackend>&, const plan::Chain&, \
-                                                                const Group&);                                    \
-  template Sharded<T, L, CpuBackend> run_chain_to<L, T, CpuBackend>(Moving<T, CpuBackend>&&, const plan::Chain&);
-#define SHARDALG_ALGEBRA(T)                                                                                       \
-  template Moving<T, CpuBackend> step_to<T, CpuBackend>(Moving<T, CpuBackend>&&, LayoutKind);                     \
-  template Moving<T, CpuBackend> run_product<T, CpuBackend>(const Moving<T, CpuBackend>&, bool,                   \
-                                                            const Moving<T, CpuBackend>&, bool, Index, Index);    \
-  SHARDALG_ALGEBRA_L(T, Replicated)                                                                               \
-  SHARDALG_ALGEBRA_L(T, RowSharded)                                                                               \
-  SHARDALG_ALGEBRA_L(T, ColSharded)                                                                               \
-  SHARDALG_ALGEBRA_L(T, Partial)                                                                                  \
-  template CpuBackend::matrix<T> gather_uneven<T, CpuBackend>(const CpuBackend::matrix<T>&, Index, Index, bool,   \
-                                                              Group&, const CallInfo&);                           \
-  template CpuBackend::matrix<T> reduce_scatter_uneven<T, CpuBackend>(const CpuBackend::matrix<T>&, bool, Group&, \
-                                                                      const CallInfo&);                           \
-  template CpuBackend::matrix<T> exchange_uneven<T, CpuBackend>(const CpuBackend::matrix<T>&, Index, Index, bool, \
-                                                                Group&, const CallInfo&);                         \
-  template void check_replicas_agree<T>(const T*, Index, Index, Group&, std::string_view);
-SHARDALG_ALGEBRA(float)
-SHARDALG_ALGEBRA(double)
+// The lists are the headers' (SHARDALG_*_INSTANCES), here as definitions.
+SHARDALG_PLAN_INSTANCES(template, float)
+SHARDALG_PLAN_INSTANCES(template, double)
+SHARDALG_UNEVEN_INSTANCES(template, float)
+SHARDALG_UNEVEN_INSTANCES(template, double)
+SHARDALG_REPLICA_CHECK_INSTANCES(template, float)
+SHARDALG_REPLICA_CHECK_INSTANCES(template, double)
 
 }  // namespace shardalg::detail

@@ -90,9 +90,12 @@ void check_replicas_agree(const T* data, Index rows, Index cols, Group& g, std::
 }
 
 
-#if defined(SHARDALG_EXTERN_TEMPLATES)  // compiled in src/algebra.cpp (base/linkage.hpp)
-extern template void check_replicas_agree<float>(const float*, Index, Index, Group&, std::string_view);
-extern template void check_replicas_agree<double>(const double*, Index, Index, Group&, std::string_view);
+// For float and double: `extern template` under SHARDALG_EXTERN_TEMPLATES, defined in src/algebra.cpp.
+#define SHARDALG_REPLICA_CHECK_INSTANCES(KW, T) \
+  KW void check_replicas_agree<T>(const T*, Index, Index, Group&, std::string_view);
+#if defined(SHARDALG_EXTERN_TEMPLATES)
+SHARDALG_REPLICA_CHECK_INSTANCES(extern template, float)
+SHARDALG_REPLICA_CHECK_INSTANCES(extern template, double)
 #endif
 
 }  // namespace detail

@@ -115,17 +115,18 @@ typename B::template matrix<T> exchange_uneven(const typename B::template matrix
 }
 
 
-#if defined(SHARDALG_EXTERN_TEMPLATES)  // compiled in src/algebra.cpp (base/linkage.hpp)
-#define SHARDALG_UNEVEN_EXTERN(T)                                                                                \
-  extern template CpuBackend::matrix<T> gather_uneven<T, CpuBackend>(const CpuBackend::matrix<T>&, Index, Index, \
-                                                                      bool, Group&, const CallInfo&);            \
-  extern template CpuBackend::matrix<T> reduce_scatter_uneven<T, CpuBackend>(const CpuBackend::matrix<T>&, bool, \
-                                                                              Group&, const CallInfo&);          \
-  extern template CpuBackend::matrix<T> exchange_uneven<T, CpuBackend>(const CpuBackend::matrix<T>&, Index, Index, \
-                                                                        bool, Group&, const CallInfo&);
-SHARDALG_UNEVEN_EXTERN(float)
-SHARDALG_UNEVEN_EXTERN(double)
-#undef SHARDALG_UNEVEN_EXTERN
+// The three for float and double on the CPU: `extern template` here under
+// SHARDALG_EXTERN_TEMPLATES, defined in src/algebra.cpp (KW: the keywords).
+#define SHARDALG_UNEVEN_INSTANCES(KW, T)                                                                      \
+  KW CpuBackend::matrix<T> gather_uneven<T, CpuBackend>(const CpuBackend::matrix<T>&, Index, Index, bool, Group&, \
+                                                        const CallInfo&);                                     \
+  KW CpuBackend::matrix<T> reduce_scatter_uneven<T, CpuBackend>(const CpuBackend::matrix<T>&, bool, Group&,    \
+                                                                const CallInfo&);                             \
+  KW CpuBackend::matrix<T> exchange_uneven<T, CpuBackend>(const CpuBackend::matrix<T>&, Index, Index, bool, Group&, \
+                                                          const CallInfo&);
+#if defined(SHARDALG_EXTERN_TEMPLATES)
+SHARDALG_UNEVEN_INSTANCES(extern template, float)
+SHARDALG_UNEVEN_INSTANCES(extern template, double)
 #endif
 
 }  // namespace shardalg::detail

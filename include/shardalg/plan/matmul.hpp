@@ -132,27 +132,25 @@ plan::MatmulPlan matmul_plan_for(const A& a, const B& b, const plan::Model& mode
 }
 
 
-#if defined(SHARDALG_EXTERN_TEMPLATES)  // compiled in src/algebra.cpp (base/linkage.hpp)
-// The planner's steps for float and double on the CPU: step_to and a chain's first step
-// instantiate every collective of the table (plan/plan.hpp) for every layout pair.
-#define SHARDALG_PLAN_EXTERN_L(T, L)                                                                              \
-  extern template Moving<T, CpuBackend> run_chain_on<T, L, CpuBackend>(const Sharded<T, L, CpuBackend>&,          \
-                                                                       const plan::Chain&);                       \
-  extern template Moving<T, CpuBackend> run_chain_on<T, L, CpuBackend>(const Sharded<T, L, CpuBackend>&,          \
-                                                                       const plan::Chain&, const Group&);         \
-  extern template Sharded<T, L, CpuBackend> run_chain_to<L, T, CpuBackend>(Moving<T, CpuBackend>&&, const plan::Chain&);
-#define SHARDALG_PLAN_EXTERN(T)                                                                                   \
-  extern template Moving<T, CpuBackend> step_to<T, CpuBackend>(Moving<T, CpuBackend>&&, LayoutKind);              \
-  extern template Moving<T, CpuBackend> run_product<T, CpuBackend>(const Moving<T, CpuBackend>&, bool,            \
-                                                                   const Moving<T, CpuBackend>&, bool, Index, Index); \
-  SHARDALG_PLAN_EXTERN_L(T, Replicated)                                                                           \
-  SHARDALG_PLAN_EXTERN_L(T, RowSharded)                                                                           \
-  SHARDALG_PLAN_EXTERN_L(T, ColSharded)                                                                           \
-  SHARDALG_PLAN_EXTERN_L(T, Partial)
-SHARDALG_PLAN_EXTERN(float)
-SHARDALG_PLAN_EXTERN(double)
-#undef SHARDALG_PLAN_EXTERN
-#undef SHARDALG_PLAN_EXTERN_L
+// The planner's steps for float and double on the CPU — step_to and a chain's first step
+// instantiate every collective of the table (plan/plan.hpp) for every layout pair — as `extern
+// template` here under SHARDALG_EXTERN_TEMPLATES and defined in src/algebra.cpp (KW: the keywords).
+#define SHARDALG_PLAN_INSTANCES_L(KW, T, L)                                                                            \
+  KW Moving<T, CpuBackend> run_chain_on<T, L, CpuBackend>(const Sharded<T, L, CpuBackend>&, const plan::Chain&);       \
+  KW Moving<T, CpuBackend> run_chain_on<T, L, CpuBackend>(const Sharded<T, L, CpuBackend>&, const plan::Chain&,        \
+                                                          const Group&);                                               \
+  KW Sharded<T, L, CpuBackend> run_chain_to<L, T, CpuBackend>(Moving<T, CpuBackend>&&, const plan::Chain&);
+#define SHARDALG_PLAN_INSTANCES(KW, T)                                                                                 \
+  KW Moving<T, CpuBackend> step_to<T, CpuBackend>(Moving<T, CpuBackend>&&, LayoutKind);                                \
+  KW Moving<T, CpuBackend> run_product<T, CpuBackend>(const Moving<T, CpuBackend>&, bool, const Moving<T, CpuBackend>&, \
+                                                      bool, Index, Index);                                             \
+  SHARDALG_PLAN_INSTANCES_L(KW, T, Replicated)                                                                         \
+  SHARDALG_PLAN_INSTANCES_L(KW, T, RowSharded)                                                                         \
+  SHARDALG_PLAN_INSTANCES_L(KW, T, ColSharded)                                                                         \
+  SHARDALG_PLAN_INSTANCES_L(KW, T, Partial)
+#if defined(SHARDALG_EXTERN_TEMPLATES)
+SHARDALG_PLAN_INSTANCES(extern template, float)
+SHARDALG_PLAN_INSTANCES(extern template, double)
 #endif
 
 }  // namespace detail
