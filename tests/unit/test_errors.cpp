@@ -2,6 +2,13 @@
 // a throwing call loses nothing.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <ios>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <string_view>
+
 #include "testing.hpp"
 
 using namespace shardalg;
@@ -84,4 +91,44 @@ TEST_CASE("a sharded tensor handed to a communicator of another size") {
 
 TEST_CASE("run_ranks needs a positive world size") {
   CHECK_THROWS_WITH_AS(run_ranks(0, [](ThreadComm&) {}), "run_ranks: world size 0 must be at least 1", CommError);
+}
+
+namespace {
+enum Plain { plain_three = 3 };
+struct Streamed {
+  int v;
+  friend std::ostream& operator<<(std::ostream& os, const Streamed& s) { return os << "<" << s.v << ">"; }
+};
+/// What `os << … << args` writes: the definition cat must keep.
+template <class... Args>
+std::string streamed(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+}  // namespace
+
+TEST_CASE("an error message's text: cat writes each argument as an ostream does") {
+  const std::string s = "std::string";
+  const std::string_view sv = "a view";
+  const char* p = "a pointer";
+  const double reals[] = {0.0, -0.5, 1.0 / 3.0, 1e-300, 6.02214076e23, 123456789.0, 2.5e-7};
+  for (double d : reals) {
+    CHECK(detail::cat(d) == streamed(d));
+    CHECK(detail::cat(static_cast<float>(d)) == streamed(static_cast<float>(d)));
+    CHECK(detail::cat(static_cast<long double>(d)) == streamed(static_cast<long double>(d)));
+  }
+  CHECK(detail::cat('x', static_cast<signed char>('y'), static_cast<unsigned char>('z')) ==
+        streamed('x', static_cast<signed char>('y'), static_cast<unsigned char>('z')));
+  CHECK(detail::cat(true, false) == "10");
+  CHECK(detail::cat(-7, 7u, -9L, 9UL, std::numeric_limits<long long>::min(),
+                    std::numeric_limits<unsigned long long>::max(), Index{-3}, std::size_t{42}, std::int8_t{65},
+                    std::uint16_t{65535}) ==
+        streamed(-7, 7u, -9L, 9UL, std::numeric_limits<long long>::min(), std::numeric_limits<unsigned long long>::max(),
+                 Index{-3}, std::size_t{42}, std::int8_t{65}, std::uint16_t{65535}));
+  CHECK(detail::cat("literal ", s, " ", sv, " ", p) == "literal std::string a view a pointer");
+  CHECK(detail::cat(plain_three, Streamed{5}, std::string_view{}) == "3<5>");
+  CHECK(detail::cat() == "");
+  // A manipulator reaches the stream and holds for what follows, as it does in an ostream.
+  CHECK(detail::cat(std::hex, 255, " ", 1.0 / 3.0) == streamed(std::hex, 255, " ", 1.0 / 3.0));
 }

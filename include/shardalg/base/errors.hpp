@@ -10,8 +10,11 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 
+#include "shardalg/base/linkage.hpp"
 
 namespace shardalg {
 
@@ -91,13 +94,61 @@ struct NonFiniteError : Error {
 };
 
 namespace detail {
+/// cat's stream: the common argument types written by functions compiled once (base/linkage.hpp),
+/// so that a message's cat(…) instantiates a few calls, not an ostringstream of its own.
+class CatStream {
+ public:
+  SHARDALG_FUNC CatStream();
+  SHARDALG_FUNC ~CatStream();
+  CatStream(const CatStream&) = delete;
+  CatStream& operator=(const CatStream&) = delete;
+  SHARDALG_FUNC void text(std::string_view s);
+  SHARDALG_FUNC void character(char c);
+  SHARDALG_FUNC void integer(long long v);
+  SHARDALG_FUNC void unsigned_integer(unsigned long long v);
+  SHARDALG_FUNC void real(double v);
+  SHARDALG_FUNC void real(long double v);
+  /// Anything else, as its operator<< writes it.
+  [[nodiscard]] std::ostream& stream() { return os_; }
+  [[nodiscard]] SHARDALG_FUNC std::string str() const;
+
+ private:
+  std::ostringstream os_;
+};
+
+/// One argument, as `os << a` writes it: a char type as a character, bool as 1/0, an integer,
+/// float as double (ostream widens it), text by value.
+template <class A>
+void cat_one(CatStream& s, const A& a) {
+  if constexpr (std::is_same_v<A, char> || std::is_same_v<A, signed char> || std::is_same_v<A, unsigned char>)
+    s.character(static_cast<char>(a));
+  else if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) s.integer(a);
+  else if constexpr (std::is_integral_v<A>) s.unsigned_integer(a);  // bool too: 0 or 1
+  else if constexpr (std::is_same_v<A, long double>) s.real(a);
+  else if constexpr (std::is_floating_point_v<A>) s.real(static_cast<double>(a));
+  else if constexpr (std::is_convertible_v<const A&, std::string_view>) s.text(std::string_view(a));
+  else s.stream() << a;
+}
+
 /// The arguments written one after another, as an ostream writes them.
 template <class... Args>
-std::string cat(Args&&... args) {
-  std::ostringstream os;
-  (os << ... << std::forward<Args>(args));
-  return os.str();
+std::string cat(const Args&... args) {
+  CatStream s;
+  (cat_one(s, args), ...);
+  return s.str();
 }
+
+#if SHARDALG_RUNTIME_BODIES  // base/linkage.hpp
+SHARDALG_FUNC CatStream::CatStream() = default;
+SHARDALG_FUNC CatStream::~CatStream() = default;
+SHARDALG_FUNC void CatStream::text(std::string_view s) { os_ << s; }
+SHARDALG_FUNC void CatStream::character(char c) { os_ << c; }
+SHARDALG_FUNC void CatStream::integer(long long v) { os_ << v; }
+SHARDALG_FUNC void CatStream::unsigned_integer(unsigned long long v) { os_ << v; }
+SHARDALG_FUNC void CatStream::real(double v) { os_ << v; }
+SHARDALG_FUNC void CatStream::real(long double v) { os_ << v; }
+SHARDALG_FUNC std::string CatStream::str() const { return os_.str(); }
+#endif
 }  // namespace detail
 
 }  // namespace shardalg
