@@ -9,6 +9,10 @@ if(rc)
   message(FATAL_ERROR "install failed: ${rc}")
 endif()
 string(REPLACE "|" ";" args "${CONSUMER_ARGS}")
+# The build's compiler launcher (ccache), so that a warm run does not compile the consumer again.
+if(LAUNCHER)
+  list(APPEND args -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER})
+endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
                         -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
                         -DCMAKE_BUILD_TYPE=Release ${args}
