@@ -37,6 +37,13 @@ struct Kernels<CpuBackend> {
     dst.block(r0, c0, src.rows(), src.cols()) = src;
   }
 
+  /// A 16-bit block widened to fp32: the unfused kernels below compute a 16-bit T in fp32 and
+  /// round each output once, as every other CpuBackend kernel does.
+  template <class T>
+  static M<float> wide(const M<T>& m) {
+    return m.template cast<float>();
+  }
+
   // ---- normalisation: center = true is LayerNorm, false is RMSNorm --------------------------
 
   // float rows go through backend/cpu/simd_rows.hpp (fixed-order sums, AVX2 or scalar with the same
@@ -45,6 +52,7 @@ struct Kernels<CpuBackend> {
   /// [rows, 2] = (mean, variance) of each whole row, two passes; for RMSNorm (0, mean square).
   template <class T>
   static M<T> row_mean_var(const M<T>& x, bool center) {
+    if constexpr (HostHalf<T>) return row_mean_var<float>(wide(x), center).template cast<T>();  // fp32, rounded once
     const Index n = x.cols();
     M<T> mv(x.rows(), 2);
     for (Index i = 0; i < x.rows(); ++i) {
@@ -71,6 +79,7 @@ struct Kernels<CpuBackend> {
   /// [rows, 2] = (Σ_k x_k, Σ_k x_k²) over this block's columns: a summand of the row's sums.
   template <class T>
   static M<T> row_power_sums(const M<T>& x) {
+    if constexpr (HostHalf<T>) return row_power_sums<float>(wide(x)).template cast<T>();  // fp32 sums, rounded once
     M<T> s(x.rows(), 2);
     s.col(0) = x.rowwise().sum();
     s.col(1) = x.array().square().rowwise().sum().matrix();
@@ -80,6 +89,7 @@ struct Kernels<CpuBackend> {
   /// (Σx, Σx²) over n columns → (mean, variance) (RMSNorm: (0, mean square)).
   template <class T>
   static M<T> mean_var_from_sums(const M<T>& s, Index n, bool center) {
+    if constexpr (HostHalf<T>) return mean_var_from_sums<float>(wide(s), n, center).template cast<T>();
     M<T> mv(s.rows(), 2);
     for (Index i = 0; i < s.rows(); ++i) {
       const T mean = center ? s(i, 0) / T(n) : T(0);
@@ -97,6 +107,11 @@ struct Kernels<CpuBackend> {
   /// x̂ = (x − mean)·rstd, rstd = 1/√(var + eps); y = x̂ ⊙ γ (+ β when given).
   template <class T>
   static NormOut<T> norm_apply(const M<T>& x, const M<T>& mv, const M<T>& gamma, const M<T>* beta, T eps) {
+    if constexpr (HostHalf<T>) {  // fp32 from the stored statistics; y, x̂ and rstd rounded once
+      const M<float> bf = beta ? wide(*beta) : M<float>();
+      const auto o = norm_apply<float>(wide(x), wide(mv), wide(gamma), beta ? &bf : nullptr, static_cast<float>(eps));
+      return {o.y.template cast<T>(), o.xhat.template cast<T>(), o.rstd.template cast<T>()};
+    }
     NormOut<T> o{M<T>(x.rows(), x.cols()), M<T>(x.rows(), x.cols()), M<T>(x.rows(), 1)};
     for (Index i = 0; i < x.rows(); ++i) {
       const T rstd = T(1) / std::sqrt(mv(i, 1) + eps);
@@ -123,6 +138,7 @@ struct Kernels<CpuBackend> {
   /// [rows, 2] = (Σ_k g_k, Σ_k g_k·x̂_k) over this block's columns, g = dy ⊙ γ.
   template <class T>
   static M<T> norm_grad_sums(const M<T>& dy, const M<T>& xhat, const M<T>& gamma) {
+    if constexpr (HostHalf<T>) return norm_grad_sums<float>(wide(dy), wide(xhat), wide(gamma)).template cast<T>();
     M<T> s(dy.rows(), 2);
     for (Index i = 0; i < dy.rows(); ++i) {
       const auto [s0, s1] = grad_row_sums(dy, xhat, gamma, i);
@@ -150,6 +166,8 @@ struct Kernels<CpuBackend> {
   template <class T>
   static M<T> norm_grad_apply(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd,
                               const M<T>& sums, Index n, bool center) {
+    if constexpr (HostHalf<T>)
+      return norm_grad_apply<float>(wide(dy), wide(xhat), wide(gamma), wide(rstd), wide(sums), n, center).template cast<T>();
     M<T> dx(dy.rows(), dy.cols());
     for (Index i = 0; i < dy.rows(); ++i) {
       const T mg = center ? sums(i, 0) / T(n) : T(0);
@@ -178,6 +196,7 @@ struct Kernels<CpuBackend> {
 
   template <class T>
   static M<T> swiglu(const M<T>& h) {
+    if constexpr (HostHalf<T>) return swiglu<float>(wide(h)).template cast<T>();  // fp32, rounded once
     const Index w = h.cols() / 2;
     M<T> a(h.rows(), w);
     for (Index i = 0; i < h.rows(); ++i)
@@ -191,6 +210,7 @@ struct Kernels<CpuBackend> {
   /// d[gate | up] from dA: d up = dA·silu(g); d gate = dA·up·σ(g)·(1 + g·(1 − σ(g))).
   template <class T>
   static M<T> swiglu_grad(const M<T>& h, const M<T>& da) {
+    if constexpr (HostHalf<T>) return swiglu_grad<float>(wide(h), wide(da)).template cast<T>();
     const Index w = h.cols() / 2;
     M<T> dh(h.rows(), h.cols());
     for (Index i = 0; i < h.rows(); ++i)
