@@ -13,6 +13,8 @@
 //   backward  (Σg, Σg·x̂) of the local block → [T, 2] Partial;  all_reduce → R;  local dX[C]
 //             dγ, dβ = col_sum(… [C]) → C (local)
 //   communication: one all_reduce of 2·T forward and one backward.
+//   bf16 / fp16 (X[C] stored in 16 bits): the sums, their all_reduce, μ, σ², x̂ and the backward's
+//             sums and dγ, dβ in fp32, each output (y, x̂, rstd; dX, dγ, dβ) rounded once.
 //
 // RMSNorm is the same with center = false: no mean, no β; x̂ = x/√(mean(x²) + ε).
 #pragma once
@@ -21,6 +23,7 @@
 #include <type_traits>
 
 #include "shardalg/collective/all_reduce.hpp"
+#include "shardalg/core/cast.hpp"
 #include "shardalg/core/elementwise.hpp"
 #include "shardalg/backend/cpu/fused.hpp"
 #include "shardalg/backend/cpu/kernels.hpp"
@@ -215,25 +218,26 @@ class ParallelLayerNorm {
 
   Forward forward(const X& x) const {
     detail::require_cols("ParallelLayerNorm", x.cols(), hidden());
-    const bool center = kind_ == NormKind::layer;
-    // (Σx, Σx²) of the local feature block: a summand of the row's sums.
-    Sharded<T, Partial, B> part(Kernels<B>::row_power_sums(x.local()), x.rows(), 2, x.group());
-    Sharded<T, Replicated, B> sums = all_reduce(std::move(part));  // 2·T elements
-    const auto mv = Kernels<B>::mean_var_from_sums(sums.local(), hidden(), center);
-    auto o = Kernels<B>::norm_apply(x.local(), mv, gamma_.local(), beta_ ? &beta_->local() : nullptr, eps_);
-    return {X(std::move(o.y), x.rows(), x.cols(), x.group()),
-            Cache{X(std::move(o.xhat), x.rows(), x.cols(), x.group()), std::move(o.rstd)}};
+    if constexpr (HostHalf<T>) {  // 16-bit storage: statistics and x̂ in fp32; y, x̂ and rstd rounded once
+      const auto w = [](const Sharded<T, ColSharded, B>& v) { return cast<float>(v); };
+      const std::optional<Sharded<float, ColSharded, B>> bf = beta_ ? std::optional(w(*beta_)) : std::nullopt;
+      auto o = normalise(w(x), w(gamma_), bf ? &*bf : nullptr, static_cast<float>(eps_));
+      return {cast<T>(o.y), Cache{cast<T>(o.xhat), B::template cast<T>(o.rstd)}};
+    } else {
+      auto o = normalise(x, gamma_, beta_ ? &*beta_ : nullptr, eps_);
+      return {std::move(o.y), Cache{std::move(o.xhat), std::move(o.rstd)}};
+    }
   }
 
   Grads backward(const Cache& c, const X& dy) const {
-    const bool center = kind_ == NormKind::layer;
-    Sharded<T, Partial, B> part(Kernels<B>::norm_grad_sums(dy.local(), c.xhat.local(), gamma_.local()), dy.rows(), 2,
-                                dy.group());
-    Sharded<T, Replicated, B> sums = all_reduce(std::move(part));  // 2·T elements
-    auto dx = Kernels<B>::norm_grad_apply(dy.local(), c.xhat.local(), gamma_.local(), c.rstd, sums.local(), hidden(), center);
-    ParamGrads pg{col_sum(hadamard(dy, c.xhat)), std::nullopt};  // C → C
-    if (beta_) pg.dbeta = col_sum(dy);
-    return {X(std::move(dx), dy.rows(), dy.cols(), dy.group()), std::move(pg)};
+    if constexpr (HostHalf<T>) {  // from the stored x̂ and rstd: the row sums, dX, dγ, dβ in fp32, each rounded once
+      auto g = gradients(cast<float>(dy), cast<float>(c.xhat), cast<float>(gamma_), B::template cast<float>(c.rstd));
+      ParamGrads pg{cast<T>(g.dgamma), g.dbeta ? std::optional(cast<T>(*g.dbeta)) : std::nullopt};
+      return {cast<T>(g.dx), std::move(pg)};
+    } else {
+      auto g = gradients(dy, c.xhat, gamma_, c.rstd);
+      return {std::move(g.dx), ParamGrads{std::move(g.dgamma), std::move(g.dbeta)}};
+    }
   }
 
   void sgd(const ParamGrads& g, T lr) {
@@ -242,6 +246,47 @@ class ParallelLayerNorm {
   }
 
  private:
+  // The arithmetic, in S: T itself, or fp32 for 16-bit T. The [T, 2] sums are all-reduced in S,
+  // so a bf16 program's statistics are never rounded to bf16 (one-pass σ² = Σx²/h − μ² cancels:
+  // 16-bit sums would lose it; docs/verify.md).
+  template <class S>
+  using XS = Sharded<S, ColSharded, B>;
+  template <class S>
+  struct Normalised {
+    XS<S> y, xhat;
+    typename B::template matrix<S> rstd;
+  };
+  template <class S>
+  struct Gradients {
+    XS<S> dx, dgamma;
+    std::optional<XS<S>> dbeta;
+  };
+
+  template <class S>
+  Normalised<S> normalise(const XS<S>& x, const XS<S>& gamma, const XS<S>* beta, S eps) const {
+    const bool center = kind_ == NormKind::layer;
+    // (Σx, Σx²) of the local feature block: a summand of the row's sums.
+    Sharded<S, Partial, B> part(Kernels<B>::row_power_sums(x.local()), x.rows(), 2, x.group());
+    Sharded<S, Replicated, B> sums = all_reduce(std::move(part));  // 2·T elements
+    const auto mv = Kernels<B>::mean_var_from_sums(sums.local(), hidden(), center);
+    auto o = Kernels<B>::norm_apply(x.local(), mv, gamma.local(), beta ? &beta->local() : nullptr, eps);
+    return {XS<S>(std::move(o.y), x.rows(), x.cols(), x.group()), XS<S>(std::move(o.xhat), x.rows(), x.cols(), x.group()),
+            std::move(o.rstd)};
+  }
+
+  template <class S>
+  Gradients<S> gradients(const XS<S>& dy, const XS<S>& xhat, const XS<S>& gamma,
+                         const typename B::template matrix<S>& rstd) const {
+    const bool center = kind_ == NormKind::layer;
+    Sharded<S, Partial, B> part(Kernels<B>::norm_grad_sums(dy.local(), xhat.local(), gamma.local()), dy.rows(), 2,
+                                dy.group());
+    Sharded<S, Replicated, B> sums = all_reduce(std::move(part));  // 2·T elements
+    auto dx = Kernels<B>::norm_grad_apply(dy.local(), xhat.local(), gamma.local(), rstd, sums.local(), hidden(), center);
+    Gradients<S> g{XS<S>(std::move(dx), dy.rows(), dy.cols(), dy.group()), col_sum(hadamard(dy, xhat)), std::nullopt};  // C → C
+    if (beta_) g.dbeta = col_sum(dy);
+    return g;
+  }
+
   Param gamma_;
   std::optional<Param> beta_;
   NormKind kind_;
