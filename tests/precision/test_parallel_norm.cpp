@@ -25,6 +25,7 @@
 #include "shardalg/precision/bounds.hpp"
 #include "shardalg/precision/running.hpp"
 #include "shardalg/reference/dense_layers.hpp"
+#include "running_support.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -34,6 +35,7 @@ namespace pr = shardalg::precision;
 using R = pr::Running<pr::Format::f32>;
 using ref::M;
 using RM = ref::Mat<R>;
+using running_support::dense, running_support::Pool, running_support::storage_of;
 
 constexpr Index kT = 20, kH = 37;
 constexpr double kEps = 1e-5;
@@ -56,15 +58,6 @@ M rnd(Index r, Index c, std::uint64_t seed, double scale, double offset = 0.0) {
 template <class E>
 Sharded<E, ColSharded> cols(const M& m, const Group& g) {
   return nn::from_global<E, ColSharded, CpuBackend>(m.rows(), m.cols(), g, [&](Index i, Index j) { return m(i, j); });
-}
-template <class E, class L>
-M dense(const Sharded<E, L>& x) {
-  return CpuBackend::to_host(to_dense(x)).unaryExpr([](const E& v) { return static_cast<double>(static_cast<float>(v)); });
-}
-template <class E>
-pr::Storage storage_of(int p) {
-  if constexpr (std::is_same_v<E, float>) return {std::nullopt, p};
-  else return {pr::format_of<E>, p};
 }
 
 // ---- the one-pass twin ---------------------------------------------------------------------------
@@ -118,20 +111,6 @@ Twin one_pass(const RM& x, const RM& gamma, const RM& beta, bool center, double 
   return o;
 }
 
-/// error ÷ bound of every element, pooled per tensor.
-struct Pool {
-  std::map<std::string, std::vector<double>> ratios;
-  double add(const std::string& name, const M& computed, const RM& twin) {
-    const M r = pr::error_ratios(computed, pr::values(twin), pr::bounds(twin));
-    auto& v = ratios[name];
-    v.insert(v.end(), r.data(), r.data() + r.size());
-    return r.size() ? r.maxCoeff() : 0.0;
-  }
-  static double median(std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  }
-};
 
 struct Case {
   M x, dy, gamma, beta;

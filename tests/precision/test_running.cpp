@@ -25,6 +25,7 @@
 #include "shardalg/precision/bounds.hpp"
 #include "shardalg/precision/running.hpp"
 #include "shardalg/reference/dense_layers.hpp"
+#include "running_support.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -34,6 +35,7 @@ namespace pr = shardalg::precision;
 using R = pr::Running<pr::Format::f32>;
 using ref::M;
 using RM = ref::Mat<R>;
+using running_support::dense, running_support::Pool, running_support::storage_of;
 
 /// Uniform values in [−scale, scale), rounded to E (exact constants of an E program).
 template <class E = float>
@@ -47,37 +49,12 @@ M rnd(Index r, Index c, std::uint64_t seed, double scale = 1.0) {
 }
 RM run(const M& m) { return ref::cast<R>(m); }
 
-/// error ÷ bound of every element, pooled per family of tensors.
-struct Pool {
-  std::map<std::string, std::vector<double>> ratios;
-  double add(const std::string& family, const M& computed, const RM& dense) {
-    const M r = pr::error_ratios(computed, pr::values(dense), pr::bounds(dense));
-    auto& v = ratios[family];
-    v.insert(v.end(), r.data(), r.data() + r.size());
-    return r.size() ? r.maxCoeff() : 0.0;
-  }
-  static double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  }
-};
 
-template <class E, class L>
-M dense(const Sharded<E, L>& x) {
-  return CpuBackend::to_host(to_dense(x)).unaryExpr([](const E& v) { return static_cast<double>(static_cast<float>(v)); });
-}
 /// This rank's share of m (values of E) as Sharded<E, L>.
 template <class L, class E = float>
 Sharded<E, L> shard_f(const M& m, const Group& g) {
   if constexpr (std::is_same_v<E, float>) return shard<L>(testing::Mat<float>(m.cast<float>()), g);
   else return nn::from_global<E, L, CpuBackend>(m.rows(), m.cols(), g, [&](Index i, Index j) { return m(i, j); });
-}
-/// The program's storage: none for float (every tensor kept in fp32), else E's format.
-template <class E>
-pr::Storage storage_of(int p) {
-  if constexpr (std::is_same_v<E, float>) return {std::nullopt, p};
-  else return {pr::format_of<E>, p};
 }
 
 }  // namespace
