@@ -114,7 +114,7 @@ struct Kernels<CpuBackend> {
     }
     NormOut<T> o{M<T>(x.rows(), x.cols()), M<T>(x.rows(), x.cols()), M<T>(x.rows(), 1)};
     for (Index i = 0; i < x.rows(); ++i) {
-      const T rstd = T(1) / std::sqrt(mv(i, 1) + eps);
+      const T rstd = T(1) / T(std::sqrt(mv(i, 1) + eps));  // T(√…): T(1) / float would pick Eigen's bfloat16 / Index
       o.rstd(i, 0) = rstd;
       norm_row(o, i, x, mv(i, 0), rstd, gamma, beta);
     }
