@@ -199,9 +199,12 @@ struct CpuBackend {
   /// [I, 1]: Σ over columns (zeros of an empty block, as col_sum).
   template <class T>
   static matrix<T> row_sum(const matrix<T>& x) {
-    if constexpr (HostHalf<T>) return row_sum<float>(x.template cast<float>()).template cast<T>();  // fp32 sums
-    if (x.size() == 0) return matrix<T>::Zero(x.rows(), 1);
-    return x.rowwise().sum();
+    if constexpr (HostHalf<T>) {
+      return row_sum<float>(x.template cast<float>()).template cast<T>();  // fp32 sums
+    } else {
+      if (x.size() == 0) return matrix<T>::Zero(x.rows(), 1);
+      return x.rowwise().sum();
+    }
   }
   /// x + 1·b for a row vector b[1, K].
   template <class T>
@@ -211,11 +214,14 @@ struct CpuBackend {
   /// Numerically stable softmax over each row.
   template <class T>
   static matrix<T> softmax_rows(const matrix<T>& x) {
-    if constexpr (HostHalf<T>) return softmax_rows<float>(x.template cast<float>()).template cast<T>();  // fp32, rounded once
-    matrix<T> y = (x.colwise() - x.rowwise().maxCoeff()).array().exp().matrix();
-    const auto s = y.rowwise().sum().eval();
-    for (Index i = 0; i < y.rows(); ++i) y.row(i) /= s(i);
-    return y;
+    if constexpr (HostHalf<T>) {
+      return softmax_rows<float>(x.template cast<float>()).template cast<T>();  // fp32, rounded once
+    } else {
+      matrix<T> y = (x.colwise() - x.rowwise().maxCoeff()).array().exp().matrix();
+      const auto s = y.rowwise().sum().eval();
+      for (Index i = 0; i < y.rows(); ++i) y.row(i) /= s(i);
+      return y;
+    }
   }
 };
 
@@ -243,38 +249,39 @@ void CpuBackend::gemm(T alpha, MatView<T> a, MatView<T> b, T beta, T* c, Index l
       for (Index i = 0; i < m; ++i)
         for (Index j = 0; j < n; ++j) c[i * ldc + j] = T(cf(i, j));
       return;
-    }
-    using Stride = Eigen::OuterStride<>;
-    Eigen::Map<matrix<T>, 0, Stride> C(c, m, n, Stride(std::max<Index>(ldc, 1)));
-    if (m == 0 || n == 0) return;
+    } else {
+      using Stride = Eigen::OuterStride<>;
+      Eigen::Map<matrix<T>, 0, Stride> C(c, m, n, Stride(std::max<Index>(ldc, 1)));
+      if (m == 0 || n == 0) return;
 #if defined(SHARDALG_HAVE_BLAS)
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      const auto k = static_cast<int>(a.cols);
-      if (k == 0) {
-        if (beta == T(0)) C.setZero();
-        else C *= beta;
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        const auto k = static_cast<int>(a.cols);
+        if (k == 0) {
+          if (beta == T(0)) C.setZero();
+          else C *= beta;
+          return;
+        }
+        const auto ta = a.trans ? CblasTrans : CblasNoTrans, tb = b.trans ? CblasTrans : CblasNoTrans;
+        const auto lda = static_cast<int>(std::max<Index>(1, a.ld)), ldb = static_cast<int>(std::max<Index>(1, b.ld));
+        const auto mi = static_cast<int>(m), ni = static_cast<int>(n), ldci = static_cast<int>(std::max<Index>(ldc, 1));
+        if constexpr (std::is_same_v<T, float>)
+          cblas_sgemm(CblasRowMajor, ta, tb, mi, ni, k, alpha, a.data, lda, b.data, ldb, beta, c, ldci);
+        else
+          cblas_dgemm(CblasRowMajor, ta, tb, mi, ni, k, alpha, a.data, lda, b.data, ldb, beta, c, ldci);
         return;
       }
-      const auto ta = a.trans ? CblasTrans : CblasNoTrans, tb = b.trans ? CblasTrans : CblasNoTrans;
-      const auto lda = static_cast<int>(std::max<Index>(1, a.ld)), ldb = static_cast<int>(std::max<Index>(1, b.ld));
-      const auto mi = static_cast<int>(m), ni = static_cast<int>(n), ldci = static_cast<int>(std::max<Index>(ldc, 1));
-      if constexpr (std::is_same_v<T, float>)
-        cblas_sgemm(CblasRowMajor, ta, tb, mi, ni, k, alpha, a.data, lda, b.data, ldb, beta, c, ldci);
-      else
-        cblas_dgemm(CblasRowMajor, ta, tb, mi, ni, k, alpha, a.data, lda, b.data, ldb, beta, c, ldci);
-      return;
-    }
 #endif
-    using Map = Eigen::Map<const matrix<T>, 0, Stride>;
-    const Map A(a.data, a.trans ? a.cols : a.rows, a.trans ? a.rows : a.cols, Stride(std::max<Index>(a.ld, 1)));
-    const Map B(b.data, b.trans ? b.cols : b.rows, b.trans ? b.rows : b.cols, Stride(std::max<Index>(b.ld, 1)));
-    if (beta == T(0)) C.setZero();
-    else if (beta != T(1)) C *= beta;
-    // Eigen dispatches each combination to its GEMM kernel with transpose flags: no copies.
-    if (!a.trans && !b.trans) C.noalias() += alpha * (A * B);
-    else if (a.trans && !b.trans) C.noalias() += alpha * (A.transpose() * B);
-    else if (!a.trans && b.trans) C.noalias() += alpha * (A * B.transpose());
-    else C.noalias() += alpha * (A.transpose() * B.transpose());
+      using Map = Eigen::Map<const matrix<T>, 0, Stride>;
+      const Map A(a.data, a.trans ? a.cols : a.rows, a.trans ? a.rows : a.cols, Stride(std::max<Index>(a.ld, 1)));
+      const Map B(b.data, b.trans ? b.cols : b.rows, b.trans ? b.rows : b.cols, Stride(std::max<Index>(b.ld, 1)));
+      if (beta == T(0)) C.setZero();
+      else if (beta != T(1)) C *= beta;
+      // Eigen dispatches each combination to its GEMM kernel with transpose flags: no copies.
+      if (!a.trans && !b.trans) C.noalias() += alpha * (A * B);
+      else if (a.trans && !b.trans) C.noalias() += alpha * (A.transpose() * B);
+      else if (!a.trans && b.trans) C.noalias() += alpha * (A * B.transpose());
+      else C.noalias() += alpha * (A.transpose() * B.transpose());
+    }
   }
 
 #if defined(SHARDALG_EXTERN_TEMPLATES)  // compiled in src/backend.cpp (shardalg::compiled)

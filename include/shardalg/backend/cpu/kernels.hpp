@@ -52,15 +52,18 @@ struct Kernels<CpuBackend> {
   /// [rows, 2] = (mean, variance) of each whole row, two passes; for RMSNorm (0, mean square).
   template <class T>
   static M<T> row_mean_var(const M<T>& x, bool center) {
-    if constexpr (HostHalf<T>) return row_mean_var<float>(wide(x), center).template cast<T>();  // fp32, rounded once
-    const Index n = x.cols();
-    M<T> mv(x.rows(), 2);
-    for (Index i = 0; i < x.rows(); ++i) {
-      const auto [mean, var] = row_stats(x.data() + i * n, n, center);
-      mv(i, 0) = mean;
-      mv(i, 1) = var;
+    if constexpr (HostHalf<T>) {
+      return row_mean_var<float>(wide(x), center).template cast<T>();  // fp32, rounded once
+    } else {
+      const Index n = x.cols();
+      M<T> mv(x.rows(), 2);
+      for (Index i = 0; i < x.rows(); ++i) {
+        const auto [mean, var] = row_stats(x.data() + i * n, n, center);
+        mv(i, 0) = mean;
+        mv(i, 1) = var;
+      }
+      return mv;
     }
-    return mv;
   }
 
   /// (mean, variance) of one whole row of n values: Σx/n, then Σ(x − mean)²/n; RMSNorm (0, Σx²/n).
@@ -79,24 +82,30 @@ struct Kernels<CpuBackend> {
   /// [rows, 2] = (Σ_k x_k, Σ_k x_k²) over this block's columns: a summand of the row's sums.
   template <class T>
   static M<T> row_power_sums(const M<T>& x) {
-    if constexpr (HostHalf<T>) return row_power_sums<float>(wide(x)).template cast<T>();  // fp32 sums, rounded once
-    M<T> s(x.rows(), 2);
-    s.col(0) = x.rowwise().sum();
-    s.col(1) = x.array().square().rowwise().sum().matrix();
-    return s;
+    if constexpr (HostHalf<T>) {
+      return row_power_sums<float>(wide(x)).template cast<T>();  // fp32 sums, rounded once
+    } else {
+      M<T> s(x.rows(), 2);
+      s.col(0) = x.rowwise().sum();
+      s.col(1) = x.array().square().rowwise().sum().matrix();
+      return s;
+    }
   }
 
   /// (Σx, Σx²) over n columns → (mean, variance) (RMSNorm: (0, mean square)).
   template <class T>
   static M<T> mean_var_from_sums(const M<T>& s, Index n, bool center) {
-    if constexpr (HostHalf<T>) return mean_var_from_sums<float>(wide(s), n, center).template cast<T>();
-    M<T> mv(s.rows(), 2);
-    for (Index i = 0; i < s.rows(); ++i) {
-      const T mean = center ? s(i, 0) / T(n) : T(0);
-      mv(i, 0) = mean;
-      mv(i, 1) = s(i, 1) / T(n) - mean * mean;
+    if constexpr (HostHalf<T>) {
+      return mean_var_from_sums<float>(wide(s), n, center).template cast<T>();
+    } else {
+      M<T> mv(s.rows(), 2);
+      for (Index i = 0; i < s.rows(); ++i) {
+        const T mean = center ? s(i, 0) / T(n) : T(0);
+        mv(i, 0) = mean;
+        mv(i, 1) = s(i, 1) / T(n) - mean * mean;
+      }
+      return mv;
     }
-    return mv;
   }
 
   template <class T>
@@ -111,14 +120,16 @@ struct Kernels<CpuBackend> {
       const M<float> bf = beta ? wide(*beta) : M<float>();
       const auto o = norm_apply<float>(wide(x), wide(mv), wide(gamma), beta ? &bf : nullptr, static_cast<float>(eps));
       return {o.y.template cast<T>(), o.xhat.template cast<T>(), o.rstd.template cast<T>()};
+    } else {
+      NormOut<T> o{M<T>(x.rows(), x.cols()), M<T>(x.rows(), x.cols()), M<T>(x.rows(), 1)};
+      for (Index i = 0; i < x.rows(); ++i) {
+        // T(√…): T(1) / float would pick Eigen's bfloat16 / Index
+        const T rstd = T(1) / T(std::sqrt(mv(i, 1) + eps));
+        o.rstd(i, 0) = rstd;
+        norm_row(o, i, x, mv(i, 0), rstd, gamma, beta);
+      }
+      return o;
     }
-    NormOut<T> o{M<T>(x.rows(), x.cols()), M<T>(x.rows(), x.cols()), M<T>(x.rows(), 1)};
-    for (Index i = 0; i < x.rows(); ++i) {
-      const T rstd = T(1) / T(std::sqrt(mv(i, 1) + eps));  // T(√…): T(1) / float would pick Eigen's bfloat16 / Index
-      o.rstd(i, 0) = rstd;
-      norm_row(o, i, x, mv(i, 0), rstd, gamma, beta);
-    }
-    return o;
   }
 
   /// Row i of norm_apply: x̂ = (x − mean)·rstd, y = x̂ ⊙ γ (+ β) (float: simd::norm_row, one fma).
@@ -138,14 +149,17 @@ struct Kernels<CpuBackend> {
   /// [rows, 2] = (Σ_k g_k, Σ_k g_k·x̂_k) over this block's columns, g = dy ⊙ γ.
   template <class T>
   static M<T> norm_grad_sums(const M<T>& dy, const M<T>& xhat, const M<T>& gamma) {
-    if constexpr (HostHalf<T>) return norm_grad_sums<float>(wide(dy), wide(xhat), wide(gamma)).template cast<T>();
-    M<T> s(dy.rows(), 2);
-    for (Index i = 0; i < dy.rows(); ++i) {
-      const auto [s0, s1] = grad_row_sums(dy, xhat, gamma, i);
-      s(i, 0) = s0;
-      s(i, 1) = s1;
+    if constexpr (HostHalf<T>) {
+      return norm_grad_sums<float>(wide(dy), wide(xhat), wide(gamma)).template cast<T>();
+    } else {
+      M<T> s(dy.rows(), 2);
+      for (Index i = 0; i < dy.rows(); ++i) {
+        const auto [s0, s1] = grad_row_sums(dy, xhat, gamma, i);
+        s(i, 0) = s0;
+        s(i, 1) = s1;
+      }
+      return s;
     }
-    return s;
   }
 
   /// Row i of norm_grad_sums: (Σ g, Σ g·x̂), g = dy ⊙ γ.
@@ -166,15 +180,17 @@ struct Kernels<CpuBackend> {
   template <class T>
   static M<T> norm_grad_apply(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd,
                               const M<T>& sums, Index n, bool center) {
-    if constexpr (HostHalf<T>)
+    if constexpr (HostHalf<T>) {
       return norm_grad_apply<float>(wide(dy), wide(xhat), wide(gamma), wide(rstd), wide(sums), n, center).template cast<T>();
-    M<T> dx(dy.rows(), dy.cols());
-    for (Index i = 0; i < dy.rows(); ++i) {
-      const T mg = center ? sums(i, 0) / T(n) : T(0);
-      const T mgx = sums(i, 1) / T(n);
-      grad_row(dx, i, dy, xhat, gamma, mg, mgx, rstd(i, 0));
+    } else {
+      M<T> dx(dy.rows(), dy.cols());
+      for (Index i = 0; i < dy.rows(); ++i) {
+        const T mg = center ? sums(i, 0) / T(n) : T(0);
+        const T mgx = sums(i, 1) / T(n);
+        grad_row(dx, i, dy, xhat, gamma, mg, mgx, rstd(i, 0));
+      }
+      return dx;
     }
-    return dx;
   }
 
   /// Row i of norm_grad_apply, given mg = Σg/n (0 for RMSNorm) and mgx = Σg·x̂/n; with a residual
@@ -196,31 +212,37 @@ struct Kernels<CpuBackend> {
 
   template <class T>
   static M<T> swiglu(const M<T>& h) {
-    if constexpr (HostHalf<T>) return swiglu<float>(wide(h)).template cast<T>();  // fp32, rounded once
-    const Index w = h.cols() / 2;
-    M<T> a(h.rows(), w);
-    for (Index i = 0; i < h.rows(); ++i)
-      for (Index j = 0; j < w; ++j) {
-        const T g = h(i, j);
-        a(i, j) = g / (T(1) + std::exp(-g)) * h(i, w + j);
-      }
-    return a;
+    if constexpr (HostHalf<T>) {
+      return swiglu<float>(wide(h)).template cast<T>();  // fp32, rounded once
+    } else {
+      const Index w = h.cols() / 2;
+      M<T> a(h.rows(), w);
+      for (Index i = 0; i < h.rows(); ++i)
+        for (Index j = 0; j < w; ++j) {
+          const T g = h(i, j);
+          a(i, j) = g / (T(1) + std::exp(-g)) * h(i, w + j);
+        }
+      return a;
+    }
   }
 
   /// d[gate | up] from dA: d up = dA·silu(g); d gate = dA·up·σ(g)·(1 + g·(1 − σ(g))).
   template <class T>
   static M<T> swiglu_grad(const M<T>& h, const M<T>& da) {
-    if constexpr (HostHalf<T>) return swiglu_grad<float>(wide(h), wide(da)).template cast<T>();
-    const Index w = h.cols() / 2;
-    M<T> dh(h.rows(), h.cols());
-    for (Index i = 0; i < h.rows(); ++i)
-      for (Index j = 0; j < w; ++j) {
-        const T g = h(i, j), u = h(i, w + j);
-        const T sig = T(1) / (T(1) + std::exp(-g));
-        dh(i, w + j) = da(i, j) * g * sig;
-        dh(i, j) = da(i, j) * u * sig * (T(1) + g * (T(1) - sig));
-      }
-    return dh;
+    if constexpr (HostHalf<T>) {
+      return swiglu_grad<float>(wide(h), wide(da)).template cast<T>();
+    } else {
+      const Index w = h.cols() / 2;
+      M<T> dh(h.rows(), h.cols());
+      for (Index i = 0; i < h.rows(); ++i)
+        for (Index j = 0; j < w; ++j) {
+          const T g = h(i, j), u = h(i, w + j);
+          const T sig = T(1) / (T(1) + std::exp(-g));
+          dh(i, w + j) = da(i, j) * g * sig;
+          dh(i, j) = da(i, j) * u * sig * (T(1) + g * (T(1) - sig));
+        }
+      return dh;
+    }
   }
 
   // ---- dropout keyed by the global index -------------------------------------------------------
@@ -228,14 +250,16 @@ struct Kernels<CpuBackend> {
   /// y = x ⊙ mask / (1 − p), mask(i, j) = [uniform(seed, tensor, r0 + i, c0 + j) ≥ p].
   template <class T>
   static M<T> dropout(const M<T>& x, double p, std::uint64_t seed, std::uint64_t tensor, Index r0, Index c0) {
-    if constexpr (HostHalf<T>)  // the scale in fp32, each kept value rounded once
+    if constexpr (HostHalf<T>) {  // the scale in fp32, each kept value rounded once
       return dropout<float>(x.template cast<float>(), p, seed, tensor, r0, c0).template cast<T>();
-    const T scale = static_cast<T>(1.0 / (1.0 - p));
-    M<T> y(x.rows(), x.cols());
-    for (Index i = 0; i < x.rows(); ++i)
-      for (Index j = 0; j < x.cols(); ++j)
-        y(i, j) = dropout_uniform(seed, tensor, r0 + i, c0 + j) >= p ? x(i, j) * scale : T(0);
-    return y;
+    } else {
+      const T scale = static_cast<T>(1.0 / (1.0 - p));
+      M<T> y(x.rows(), x.cols());
+      for (Index i = 0; i < x.rows(); ++i)
+        for (Index j = 0; j < x.cols(); ++j)
+          y(i, j) = dropout_uniform(seed, tensor, r0 + i, c0 + j) >= p ? x(i, j) * scale : T(0);
+      return y;
+    }
   }
 
   // ---- causal self-attention on a local fused-QKV block ----------------------------------------
