@@ -1,4 +1,4 @@
-// tests/precision/running_support.hpp — what the running-bound tests share (test_running.cpp,
+// tests/precision/running_support.hpp — what the running-bound tests share (test_running*.cpp,
 // test_parallel_norm.cpp): a Sharded tensor of E as doubles, the storage a program of E declares
 // to the twin, and error ÷ bound ratios pooled per tensor.
 #pragma once
