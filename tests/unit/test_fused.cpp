@@ -1,7 +1,7 @@
 // The fused kernels (backend/cpu/fused.hpp) against the unfused path, bit for bit, on both ISA paths of
 // backend/cpu/simd.hpp; the two ISA paths against each other; the streaming column sum against Eigen's
 // colwise().sum(); the float GeLU's accuracy against double (and its distance from Eigen's tanh,
-// printed); one Mlp and one TransformerBlock step against the same layers run unfused.
+// printed). One TransformerBlock step against the same layers run unfused: test_fused_block.cpp.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -9,27 +9,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <shardalg/nn.hpp>
 
+#include "fused_support.hpp"
 #include "simd_paths.hpp"
 
 using namespace shardalg;
 using testing::IsaGuard;
 using testing::on_each_isa;
+using fused_support::Mat, fused_support::Unfused, fused_support::random, fused_support::same_bits;
 
 namespace {
-
-template <class T>
-using Mat = CpuBackend::matrix<T>;
-
-/// A backend that is the CPU's with nn::Fused's primary template: the unfused composition.
-struct Unfused : CpuBackend {};
-
-template <class T>
-bool same_bits(const Mat<T>& a, const Mat<T>& b) {
-  return a.rows() == b.rows() && a.cols() == b.cols() &&
-         std::memcmp(a.data(), b.data(), sizeof(T) * static_cast<std::size_t>(a.size())) == 0;
-}
 
 /// Distance in units in the last place between two finite floats of the same sign or ±0.
 std::int64_t ulp_distance(float a, float b) {
@@ -38,12 +27,6 @@ std::int64_t ulp_distance(float a, float b) {
     return i < 0 ? std::int64_t(std::numeric_limits<std::int32_t>::min()) - i : std::int64_t(i);
   };
   return std::llabs(key(a) - key(b));
-}
-
-template <class T>
-Mat<T> random(Index r, Index c, double scale, unsigned seed) {
-  std::srand(seed);
-  return (Mat<T>::Random(r, c) * static_cast<T>(scale)).eval();
 }
 
 /// Eigen's own column sums, the reference. Of 0 rows they are zeros, written out: Eigen's partial
@@ -58,11 +41,6 @@ Mat<T> eigen_col_sum(const Mat<T>& x) {
 const Index shapes[][2] = {{1, 1}, {3, 7}, {5, 16}, {9, 33}, {17, 64}, {64, 130}};
 
 }  // namespace
-
-namespace shardalg::nn {
-template <>
-struct Kernels<Unfused> : Kernels<CpuBackend> {};
-}  // namespace shardalg::nn
 
 TEST_CASE("col_sum streams the rows in Eigen's order: Eigen's bits") {
   for (Index r : {0, 1, 2, 4, 5, 6, 9, 13, 100})
@@ -266,33 +244,4 @@ TEST_CASE_TEMPLATE("fused dropout + residual add: the unfused path's bits", T, f
       CHECK(same_bits<T>(nn::Fused<CpuBackend>::dropout_add(x, z, p, 5, 77, 3, 4),
                          nn::Fused<Unfused>::dropout_add(x, z, p, 5, 77, 3, 4)));
     }
-}
-
-TEST_CASE("Mlp and TransformerBlock (fused) against the same layers unfused, fp32, TP 2") {
-  on_each_isa([] {
-    nn::BlockConfig c;
-    c.hidden = 32, c.heads = 4, c.seq = 8, c.ffn = 96, c.dropout = 0.1, c.dropout_seed = 3;
-    const Mat<float> X = random<float>(16, c.hidden, 1.0, 31), DY = random<float>(16, c.hidden, 1.0, 32);
-    run_ranks(2, [&](ThreadComm& comm) {
-      Group g = comm;
-      for (auto act : {nn::Activation::gelu_tanh, nn::Activation::swiglu}) {
-        nn::BlockConfig ca = c;  // each rank its own copy (a shared one written by both is a race)
-        ca.act = act;
-        const auto fused = nn::TransformerBlock<float>::init(ca, g, nn::InitConfig{});
-        const auto unf = nn::TransformerBlock<float, Unfused>::init(ca, g, nn::InitConfig{});
-        const auto x = shard<Replicated>(X, g), dy = shard<Replicated>(DY, g);
-        const Sharded<float, Replicated, Unfused> xu(X, X.rows(), X.cols(), g), dyu(DY, DY.rows(), DY.cols(), g);
-        auto ff = fused.forward(x);
-        auto fu = unf.forward(xu);
-        CHECK(same_bits<float>(ff.y.local(), fu.y.local()));
-        auto bf = fused.backward(ff.cache, dy);
-        auto bu = unf.backward(fu.cache, dyu);
-        CHECK(same_bits<float>(bf.dx.local(), bu.dx.local()));
-        CHECK(same_bits<float>(bf.params.mlp.fc1.dw.local(), bu.params.mlp.fc1.dw.local()));
-        CHECK(same_bits<float>(bf.params.mlp.fc1.db->local(), bu.params.mlp.fc1.db->local()));
-        CHECK(same_bits<float>(bf.params.ln1.dgamma.local(), bu.params.ln1.dgamma.local()));
-        CHECK(same_bits<float>(bf.params.ln2.dbeta->local(), bu.params.ln2.dbeta->local()));
-      }
-    });
-  });
 }
