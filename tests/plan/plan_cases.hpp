@@ -6,6 +6,8 @@
 // product and sum is exact: results are compared bit for bit with the dense product.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -280,6 +282,25 @@ void all_redistribute_cases(Group g, Ledger& ledger, std::uint64_t seed, Report&
   testing::for_each_layout_pair([&]<class From, class To>() {
     redistribute_case<T, From, To>(g, ledger, d(gen) * p, d(gen) * p, seed + 11, rep);
   });
+}
+
+/// f(group, ledger, report) on p thread ranks, each group ledgered; every rank's failures become
+/// failed checks on the test's thread, and at least one case must have run.
+template <class F>
+void on_ranks(int p, F&& f) {
+  auto reports = testing::per_rank<Report>(p, [&](Group base) {
+    Ledger ledger;
+    Report rep;
+    f(Group(ledgered(base, ledger)), ledger, rep);
+    return rep;
+  });
+  int cases = 0;
+  for (const auto& r : reports) {
+    for (const auto& fl : r.failures) FAIL_CHECK(fl);
+    cases += r.cases;
+  }
+  CHECK(cases > 0);
+  MESSAGE("P=" << p << ": " << cases / p << " cases per rank");
 }
 
 }  // namespace plan_cases
