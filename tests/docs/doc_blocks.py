@@ -16,8 +16,8 @@ with no arguments prints it, byte for byte, on stdout. The block stands for its 
 a newline: the program's stdout ends with one, and a blank line before the closing fence is an
 empty line the program prints. One marked block per example (the test is named after it).
 
-  doc_blocks.py --root DIR --out DIR   write the programs, their expected outputs, one file of
-                                       fragments and outputs/EXAMPLE.expected per marked output;
+  doc_blocks.py --root DIR --out DIR   write the programs, their expected outputs, the files of
+                                       fragments (SHARDS) and outputs/EXAMPLE.expected per marked output;
                                        print the count of each kind
   doc_blocks.py --root DIR --check     check the copies, the diagnostics and that each marked
                                        output names an example; exit 1 on a mismatch
@@ -30,6 +30,10 @@ import re
 import sys
 
 MARK = re.compile(r'<!--\s*doc-test:\s*(.*?)\s*-->')
+# The translation unit of each harness's fragments (fragments_K.cpp; 0 unless listed): those that
+# build a model apart, so that no TU passes 1 GB of compiler memory (all in one took 1.34 GB).
+SHARD_OF = {'gpt': 1, 'data_parallel_gpt': 1, 'pipeline_gpt': 2, 'pipeline': 3, 'moe': 3, 'conv': 3}
+SHARDS = 4
 
 
 def pages(root):
@@ -162,14 +166,15 @@ def write(root, out):
         elif os.path.exists(exp):
             os.remove(exp)
         names.append(name)
-    # one translation unit of fragments: each in its harness, in a namespace of its own
-    includes, units = [], []
+    # the fragments, each in its harness, in a namespace of its own, in SHARDS translation units
+    shards = [([], []) for _ in range(SHARDS)]
     for where, name, harness, body in frags:
         h = open(os.path.join(root, 'tests', 'docs', 'harness', harness + '.cpp'), encoding='utf-8').read()
         head, sep, tail = h.partition('// FRAGMENT\n')
         if not sep:
             problems.append(f'tests/docs/harness/{harness}.cpp: no line "// FRAGMENT"')
             continue
+        includes, units = shards[SHARD_OF.get(harness, 0)]
         inc = [l for l in head.split('\n') if l.startswith('#include')]
         inc += [l for l in body if l.startswith('#include')]  # a block's own includes go to the top
         rest_head = '\n'.join(l for l in head.split('\n') if not l.startswith('#include'))
@@ -178,9 +183,12 @@ def write(root, out):
             if l not in includes:
                 includes.append(l)
         units.append(f'// {where}\nnamespace doc_{name} {{\n{rest_head}\n' + '\n'.join(code) + f'\n{tail}}}  // namespace doc_{name}\n')
-    with open(os.path.join(out, 'fragments.cpp'), 'w', encoding='utf-8') as f:
-        f.write('// The marked fragments of README.md and docs/, each in its harness (generated).\n')
-        f.write('\n'.join(includes) + '\n\n' + '\n'.join(units))
+    for k, (includes, units) in enumerate(shards):
+        with open(os.path.join(out, f'fragments_{k}.cpp'), 'w', encoding='utf-8') as f:
+            f.write('// The marked fragments of README.md and docs/, each in its harness (generated).\n')
+            f.write('\n'.join(includes) + '\n\n' + '\n'.join(units))
+    if os.path.exists(os.path.join(out, 'fragments.cpp')):
+        os.remove(os.path.join(out, 'fragments.cpp'))
     # the marked outputs: one expected file per example, written afresh (an unmarked one disappears)
     os.makedirs(os.path.join(out, 'outputs'), exist_ok=True)
     for old in glob.glob(os.path.join(out, 'outputs', '*.expected')):
@@ -194,6 +202,7 @@ def write(root, out):
     with open(os.path.join(out, 'programs.cmake'), 'w', encoding='utf-8') as f:
         f.write('set(SHARDALG_DOC_PROGRAMS ' + ' '.join(names) + ')\n')
         f.write('set(SHARDALG_DOC_OUTPUTS ' + ' '.join(examples) + ')\n')
+        f.write('set(SHARDALG_DOC_FRAGMENT_FILES ' + ' '.join(f'fragments_{k}.cpp' for k in range(SHARDS)) + ')\n')
         f.write('set(SHARDALG_DOC_PAGES ' + ' '.join(p.replace(os.sep, '/') for p in pages(root)) + ')\n')
     print(f'doc blocks: {len(progs)} programs, {len(frags)} fragments, {len(copies)} copies, {len(diags)} diagnostics, '
           f'{len(examples)} outputs')
