@@ -336,13 +336,29 @@ inline std::uint64_t seed_of(std::uint64_t seed, int p, std::uint64_t i) {
   return z ^ (z >> 31);
 }
 
+/// Program `pseed` on this rank's group in element type T.
+template <class T>
+Outcome run_typed(const Group& g, std::uint64_t pseed, int max_steps) {
+  return Program<T>(g, pseed, max_steps).run();
+}
+
+// FUZZ_TYPES_COMPILED_APART: each type's programs are compiled in a TU of their own
+// (tests/unit/fuzz_types_*.cpp, for the property test: the four in one TU took 1.1 GB of compiler
+// memory); without it, here.
+#if defined(FUZZ_TYPES_COMPILED_APART)
+extern template Outcome run_typed<double>(const Group&, std::uint64_t, int);
+extern template Outcome run_typed<float>(const Group&, std::uint64_t, int);
+extern template Outcome run_typed<std::int32_t>(const Group&, std::uint64_t, int);
+extern template Outcome run_typed<std::int64_t>(const Group&, std::uint64_t, int);
+#endif
+
 /// Program `pseed` on this rank's group, in the element type its seed picks (f64, f32, i32, i64).
 inline Outcome run_program(const Group& g, std::uint64_t pseed, int max_steps) {
   switch (pseed % 4) {
-    case 0: return Program<double>(g, pseed, max_steps).run();
-    case 1: return Program<float>(g, pseed, max_steps).run();
-    case 2: return Program<std::int32_t>(g, pseed, max_steps).run();
-    default: return Program<std::int64_t>(g, pseed, max_steps).run();
+    case 0: return run_typed<double>(g, pseed, max_steps);
+    case 1: return run_typed<float>(g, pseed, max_steps);
+    case 2: return run_typed<std::int32_t>(g, pseed, max_steps);
+    default: return run_typed<std::int64_t>(g, pseed, max_steps);
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <utility>
 
+#define FUZZ_TYPES_COMPILED_APART  // in fuzz_types_f64.cpp, fuzz_types_f32.cpp, fuzz_types_int.cpp
 #include "fuzz_programs.hpp"
 
 TEST_CASE("property: 10,000 random programs, every step bitwise equal to the dense computation") {
