@@ -1,7 +1,8 @@
-// src/gpt.cpp — shardalg::compiled: nn::Gpt<float | double, CpuBackend>, every member, and step()
-// with Adam and Sgd. A program that links shardalg::compiled (SHARDALG_EXTERN_TEMPLATES: the
-// headers declare these instantiations extern) compiles none of the model's code itself; without
-// it the library is header-only, as always. This file only moves where the same code is compiled.
+// src/gpt.cpp — shardalg::compiled: nn::Gpt<float, CpuBackend>, every member, and step() with
+// Adam and Sgd (double: src/gpt_double.cpp; one TU per type keeps each under 1 GB of compiler
+// memory). A program that links shardalg::compiled (SHARDALG_EXTERN_TEMPLATES: the headers declare
+// these instantiations extern) compiles none of the model's code itself; without it the library
+// is header-only, as always. This file only moves where the same code is compiled.
 #include "shardalg/nn/models/gpt.hpp"
 #include "shardalg/nn/optim/optim.hpp"
 
@@ -11,9 +12,6 @@
 
 namespace shardalg::nn {
 template class Gpt<float, CpuBackend>;
-template class Gpt<double, CpuBackend>;
 template double Gpt<float, CpuBackend>::step(Adam<float, CpuBackend>&, double);
-template double Gpt<double, CpuBackend>::step(Adam<double, CpuBackend>&, double);
 template double Gpt<float, CpuBackend>::step(Sgd<float, CpuBackend>&, double);
-template double Gpt<double, CpuBackend>::step(Sgd<double, CpuBackend>&, double);
 }  // namespace shardalg::nn
