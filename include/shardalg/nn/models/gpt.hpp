@@ -125,7 +125,7 @@ class Gpt {
   /// For an optimizer step applied outside step() (the data-parallel one): drop the gradients,
   /// and count the step as taken (keys the next dropout masks) or as skipped (a non-finite norm).
   void end_step(bool applied) {
-    grads_.reset();
+    clear_step_grads();
     last_skipped_ = !applied;
     if (applied) ++step_;
     else ++skipped_;
@@ -219,6 +219,18 @@ class Gpt {
   /// the scaler's at the call: ShapeError naming both.
   template <class Opt>
   double step(Opt& opt, double max_grad_norm, LossScaler& scaler);
+  /// Gradient accumulation over micro-batches with Megatron's main_grad: add the gradients of the
+  /// last forward_backward into accumulators of type Main — fp32 for 16-bit T (each micro-batch's
+  /// 16-bit gradient added in fp32, never rounded back to 16 bits), T otherwise — created at zero.
+  /// The next step() applies their mean over the micro-batches accumulated (the global norm and
+  /// the clip are of the mean), then clears them. Every micro-batch's forward_backward must be
+  /// accumulated before step(): ShapeError otherwise, and for a second accumulate of the same one.
+  void accumulate_gradients();
+  /// Micro-batches accumulated since the last step.
+  [[nodiscard]] int accumulated_micro_batches() const { return micro_; }
+  /// The accumulated sums (not the mean) as logical tensors, dense and TP-independent, like
+  /// grad_masters(). Needs an accumulated micro-batch.
+  Masters main_grad_masters();
   /// The factor the loss gradient is multiplied by in forward_backward (1: no scaling); > 0 and finite.
   void set_loss_scale(double s) {
     if (!(s > 0 && std::isfinite(s)))
@@ -433,6 +445,36 @@ class Gpt {
     }
   }
 
+  /// f(info, parameter, gradient) over what a step applies: forward_backward's gradients, or with
+  /// accumulated micro-batches the sums in main_ (Sharded<Main, L, B>, L the gradient's layout).
+  template <class F>
+  void visit_step_grads(F&& f) {
+    visit([&](const ParamInfo& info, auto& w, const auto& g) {
+      if (micro_ == 0) {
+        f(info, w, g);
+      } else {
+        using L = typename std::remove_cvref_t<decltype(g)>::layout;
+        const Sharded<Main, L, B> m(main_.at(info.name), g.rows(), g.cols(), g.group());
+        f(info, w, m);
+      }
+    });
+  }
+  /// The checks before a step: gradients present, and either none accumulated or the last one too.
+  void check_step_grads() const {
+    if (!grads_) throw ShapeError("Gpt: step() without gradients; call forward_backward first");
+    if (micro_ > 0 && !grads_in_main_)
+      throw ShapeError(shardalg::detail::cat("Gpt: step() after ", micro_, " accumulated micro-batch",
+                                             micro_ == 1 ? "" : "es",
+                                             " and a forward_backward not accumulated; call accumulate_gradients() "
+                                             "after each"));
+  }
+  void clear_step_grads() {
+    grads_.reset();
+    main_.clear();
+    micro_ = 0;
+    grads_in_main_ = false;
+  }
+
   // ---- parameter enumeration ---------------------------------------------------------------
   template <class F>
   void visit_embedding(const typename Emb::Weight* de, F& f) {
@@ -458,8 +500,8 @@ class Gpt {
   }
 
   /// Physical sharded tensor → its logical parts (gathered; verification-class traffic).
-  template <class L>
-  static void unmap(const Sharded<T, L, B>& w, const TensorMap& m, const std::string& prefix, Masters& out) {
+  template <class U, class L>
+  static void unmap(const Sharded<U, L, B>& w, const TensorMap& m, const std::string& prefix, Masters& out) {
     const auto full = to_dense(w);  // [rows, cols] physical, every rank
     for (std::size_t k = 0; k < m.parts.size(); ++k)
       out[prefix + m.parts[k]] = Eigen::MatrixXd::Zero(m.rows, m.part_cols[k]);
@@ -500,6 +542,11 @@ class Gpt {
   Dropout drop_emb_;
   int cp_size_ = 1;
   std::optional<Grads> grads_;
+  /// main_grad: the accumulated gradients, each parameter's local block, keyed by ParamInfo::name.
+  using Main = std::conditional_t<HostHalf<T>, float, T>;
+  std::map<std::string, typename B::template matrix<Main>> main_;
+  int micro_ = 0;             // micro-batches in main_
+  bool grads_in_main_ = false;  // grads_ (the last forward_backward's) already added to main_
   long step_ = 0;
   long skipped_ = 0;
   bool last_skipped_ = false;
@@ -556,6 +603,7 @@ template <Element T, class B>
 T Gpt<T, B>::forward_backward(std::span<const std::int64_t> tokens, std::span<const std::int64_t> targets) {
     check_batch(tokens, targets);
     grads_.reset();
+    grads_in_main_ = false;
     reseed();
     return cfg_.sp ? run<RowSharded>(sp_, tokens, targets, true) : run<Replicated>(plain_, tokens, targets, true);
   }
@@ -570,20 +618,21 @@ T Gpt<T, B>::loss(std::span<const std::int64_t> tokens, std::span<const std::int
 template <Element T, class B>
 template <class Opt>
 double Gpt<T, B>::step(Opt& opt, double max_grad_norm) {
-    if (!grads_) throw ShapeError("Gpt: step() without gradients; call forward_backward first");
+    check_step_grads();
+    const double mean = micro_ > 0 ? 1.0 / micro_ : 1.0;  // the accumulated sums → their mean
     GradNorm gn;
-    visit([&](const ParamInfo& info, auto&, const auto& g) { gn.add(info, g); });
-    const double norm = gn.finish();
+    visit_step_grads([&](const ParamInfo& info, auto&, const auto& g) { gn.add(info, g); });
+    const double norm = gn.finish() * mean;
     last_skipped_ = !std::isfinite(norm);
     if (last_skipped_) {  // a NaN or Inf gradient: apply nothing, count it; the caller sees the norm
-      grads_.reset();
+      clear_step_grads();
       ++skipped_;
       return norm;
     }
-    const double scale = clip_factor(norm, max_grad_norm);
+    const double scale = clip_factor(norm, max_grad_norm) * mean;
     opt.begin_step();
-    visit([&](const ParamInfo& info, auto& w, const auto& g) { opt.update(info, w, g, scale); });
-    grads_.reset();
+    visit_step_grads([&](const ParamInfo& info, auto& w, const auto& g) { opt.update(info, w, g, scale); });
+    clear_step_grads();
     ++step_;
     return norm;
   }
@@ -591,24 +640,25 @@ double Gpt<T, B>::step(Opt& opt, double max_grad_norm) {
 template <Element T, class B>
 template <class Opt>
 double Gpt<T, B>::step(Opt& opt, double max_grad_norm, LossScaler& scaler) {
-    if (!grads_) throw ShapeError("Gpt: step() without gradients; call forward_backward first");
+    check_step_grads();
     if (loss_scale_ != scaler.scale())
       throw ShapeError(shardalg::detail::cat("Gpt: the gradients were made at loss scale ", loss_scale_,
                                              ", the scaler's is ", scaler.scale(), "; set_loss_scale(scaler.scale()) before forward_backward"));
+    const double mean = micro_ > 0 ? 1.0 / micro_ : 1.0;  // the accumulated sums → their mean
     GradNorm gn;
-    visit([&](const ParamInfo& info, auto&, const auto& g) { gn.add(info, g); });
-    const double s = loss_scale_, norm = gn.finish() / s;
+    visit_step_grads([&](const ParamInfo& info, auto&, const auto& g) { gn.add(info, g); });
+    const double s = loss_scale_, norm = gn.finish() * mean / s;
     last_skipped_ = !std::isfinite(norm);
     scaler.update(last_skipped_);
     if (last_skipped_) {  // an overflow: nothing applied, the scale backed off
       ++skipped_;
     } else {
-      const double scale = clip_factor(norm, max_grad_norm) / s;
+      const double scale = clip_factor(norm, max_grad_norm) * mean / s;
       opt.begin_step();
-      visit([&](const ParamInfo& info, auto& w, const auto& g) { opt.update(info, w, g, scale); });
+      visit_step_grads([&](const ParamInfo& info, auto& w, const auto& g) { opt.update(info, w, g, scale); });
       ++step_;
     }
-    grads_.reset();
+    clear_step_grads();
     loss_scale_ = scaler.scale();
     return norm;
   }
@@ -630,6 +680,31 @@ Masters Gpt<T, B>::grad_masters() {
     Masters out;
     if (!grads_) throw ShapeError("Gpt: grad_masters() without gradients; call forward_backward first");
     visit_all(&*grads_, [&](const ParamInfo&, const TensorMap& m, auto&, const auto* g) { unmap(*g, m, "", out); });
+    return out;
+  }
+
+template <Element T, class B>
+void Gpt<T, B>::accumulate_gradients() {
+    if (!grads_ || grads_in_main_)
+      throw ShapeError(shardalg::detail::cat("Gpt: accumulate_gradients() without new gradients (", micro_,
+                                             " accumulated); call forward_backward first"));
+    visit([&](const ParamInfo& info, auto&, const auto& g) {
+      auto add = B::template cast<Main>(g.local());  // 16-bit → fp32: exact
+      auto [it, fresh] = main_.try_emplace(info.name, std::move(add));
+      if (!fresh) it->second += B::template cast<Main>(g.local());
+    });
+    grads_in_main_ = true;
+    ++micro_;
+  }
+
+template <Element T, class B>
+Masters Gpt<T, B>::main_grad_masters() {
+    if (micro_ == 0) throw ShapeError("Gpt: main_grad_masters() without accumulated gradients; call accumulate_gradients first");
+    Masters out;
+    visit_all(&*grads_, [&](const ParamInfo& info, const TensorMap& m, auto&, const auto* g) {
+      using L = typename std::remove_cvref_t<decltype(*g)>::layout;
+      unmap(Sharded<Main, L, B>(main_.at(info.name), g->rows(), g->cols(), g->group()), m, "", out);
+    });
     return out;
   }
 

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "shardalg/comm/communicator.hpp"
+#include "shardalg/core/cast.hpp"
 #include "shardalg/core/elementwise.hpp"
 
 namespace shardalg::nn {
@@ -186,11 +187,17 @@ class Sgd {
   [[nodiscard]] const std::map<std::string, Mat>& state() const { return v_; }
   std::map<std::string, Mat>& state() { return v_; }
 
-  /// W := W − lr·(v + λW) with v := μv + scale·dW. Partial dW: E130; other layout: E131.
-  template <class LP, class LG>
-  auto update(const ParamInfo& info, Sharded<T, LP, B>& w, const Sharded<T, LG, B>& g, double scale = 1.0) {
+  /// W := W − lr·(v + λW) with v := μv + scale·dW. Partial dW: E130; other layout: E131. An fp32
+  /// gradient of a 16-bit W (an accumulated main_grad) is rounded to W's type once: SGD keeps no
+  /// fp32 master (Adam does).
+  template <class LP, class LG, class G>
+  auto update(const ParamInfo& info, Sharded<T, LP, B>& w, const Sharded<G, LG, B>& g, double scale = 1.0) {
+    static_assert(std::is_same_v<G, T> || (HostHalf<T> && std::is_same_v<G, float>),
+                  "shardalg: Sgd::update takes a gradient of the parameter's type (or fp32 for a 16-bit one)");
     if constexpr (!detail::update_ok<LP, LG>) {
       return detail::update_diag<LP, LG>();
+    } else if constexpr (!std::is_same_v<G, T>) {
+      return update(info, w, cast<T>(g), scale);
     } else {
       check_shape(info, w, g);
       Mat* v = nullptr;
@@ -257,9 +264,12 @@ class Adam {
   [[nodiscard]] const std::map<std::string, Moments>& state() const { return state_; }
   std::map<std::string, Moments>& state() { return state_; }
 
-  /// One Adam update of W with scale·dW. Partial dW: E130; other layout: E131.
-  template <class LP, class LG>
-  auto update(const ParamInfo& info, Sharded<T, LP, B>& w, const Sharded<T, LG, B>& g, double scale = 1.0) {
+  /// One Adam update of W with scale·dW. Partial dW: E130; other layout: E131. A 16-bit W also
+  /// takes an fp32 dW (an accumulated main_grad), which reaches the fp32 master unrounded.
+  template <class LP, class LG, class G>
+  auto update(const ParamInfo& info, Sharded<T, LP, B>& w, const Sharded<G, LG, B>& g, double scale = 1.0) {
+    static_assert(std::is_same_v<G, T> || (mixed && std::is_same_v<G, float>),
+                  "shardalg: Adam::update takes a gradient of the parameter's type (or fp32 for a 16-bit one)");
     if constexpr (!detail::update_ok<LP, LG>) {
       return detail::update_diag<LP, LG>();
     } else {
