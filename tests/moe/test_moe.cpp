@@ -1,7 +1,7 @@
 // tests/moe/test_moe.cpp — mixture of experts (issue 17) on thread worlds: the variable-count
 // all-to-all and its adjoint; the dense twin against finite differences; the layer against the
 // dense twin at EP ∈ {1, 2, 4} × ETP ∈ {1, 2} with its ledger beside the analytic count; capacity's
-// drop order; bad input; a GPT with MoE blocks on the same loss curve at EP 1 and 2.
+// drop order; bad input. A GPT with MoE blocks on the same loss curve at EP 1 and 2: test_moe_gpt.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,7 +10,6 @@
 #include <optional>
 
 #include "moe_cases.hpp"
-#include "moe_gpt.hpp"
 
 using namespace mc;
 
@@ -391,31 +390,6 @@ TEST_CASE("bad input: typed errors naming the values") {
                          (void)layer.forward(shard<nn::Moe<double>::Tokens::axes>(testing::random_real<double>(8, 7, 1), mesh));
                        }),
                        "Moe: input has 7 columns, expected 8", ShapeError);
-}
-
-TEST_CASE("a GPT with MoE blocks trains with the same loss curve at EP 1 and 2 (and ETP 2)") {
-  constexpr int kSteps = 8;
-  const auto base = moe_gpt::curve(1, 1, kSteps);
-  REQUIRE(base.size() == kSteps);
-  double diff = 0;
-  struct Shape {
-    int e, t;
-  };
-  for (Shape s : {Shape{2, 1}, Shape{1, 2}, Shape{2, 2}}) {
-    CAPTURE(s.e);
-    CAPTURE(s.t);
-    const auto got = moe_gpt::curve(s.e, s.t, kSteps);
-    REQUIRE(got.size() == kSteps);
-    for (int i = 0; i < kSteps; ++i) {
-      const double d = std::abs(got[static_cast<std::size_t>(i)] - base[static_cast<std::size_t>(i)]) /
-                       std::abs(base[static_cast<std::size_t>(i)]);
-      CHECK(d <= 1e-12);
-      diff = std::max(diff, d);
-    }
-  }
-  CHECK(base.back() < base.front());  // it trains
-  MESSAGE("MoE GPT: loss " << base.front() << " -> " << base.back() << " in " << kSteps
-                           << " steps at EP 1; largest relative difference per step at EP 2, ETP 2, EP 2 x ETP 2: " << diff);
 }
 
 TEST_CASE("z: largest relative error of the MoE layer against the dense twin") {
