@@ -12,13 +12,16 @@
 //       bf16 gradients summed in fp32 stay within the derived bound of a float sum of exact
 //       terms, γ_{k−1}·Σ|g_k| (a bf16 running sum exceeds it by orders of magnitude), and the step
 //       applies their mean: the global norm is the mean's, and Adam's fp32 master receives it;
-//   (5) the loss scaler's rules and its errors. fp16 training with dynamic loss scaling is in
+//   (5) a run resumed from its weights and optimizer state (Adam's fp32 masters included) continues
+//       bit for bit;
+//   (6) the loss scaler's rules and its errors. fp16 training with dynamic loss scaling is in
 //       test_mixed_fp16.cpp (the GPT in bf16 and in fp16 in one TU took 1.1 GB of compiler memory).
 #include <doctest/doctest.h>
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -241,6 +244,53 @@ TEST_CASE("main_grad: a forward_backward not accumulated before step(), and one 
   CHECK_THROWS_WITH_AS(model.main_grad_masters(),
                        "Gpt: main_grad_masters() without accumulated gradients; call accumulate_gradients first",
                        ShapeError);
+}
+
+// Adam's fp32 master of a bf16 weight holds what the weight cannot (each update here is about an
+// ulp of the weights, so the master keeps a residue the bf16 weight rounds away). A run resumed from
+// the weights and optimizer_masters() continues bit for bit; resumed without the "master."
+// tensors (re-seeded from the rounded weights, as before they were saved) it does not.
+TEST_CASE("a bf16 run resumed from its weights and optimizer state continues bit for bit; without the fp32 master it does not") {
+  auto c = gt::tiny(false);
+  c.dropout = 0.0;
+  const Group g(SelfComm{});
+  const nn::Adam<B16>::Options o{1e-4, 0.9, 0.95, 1e-8, 0.0};
+  const auto train = [&](nn::Gpt<B16>& model, nn::Adam<B16>& opt, int from, int to) {
+    for (int s = from; s < to; ++s) {
+      const auto [x, y] = gt::batch_at(c, gt::kText, s);
+      model.forward_backward(x, y);
+      model.step(opt, 1.0);
+    }
+  };
+  auto model = nn::Gpt<B16>::init(c, g);
+  nn::Adam<B16> opt(o);
+  train(model, opt, 0, 3);
+  const nn::Masters weights = model.masters(), state = model.optimizer_masters(opt);
+  long masters = 0;
+  for (const auto& [k, v] : state) masters += k.rfind("master.", 0) == 0;
+  CHECK(masters == static_cast<long>(weights.size()));  // one fp32 master per logical tensor
+  train(model, opt, 3, 6);
+  const nn::Masters want = model.masters();
+  const auto resumed = [&](const nn::Masters& st) {
+    auto m2 = nn::Gpt<B16>::from_masters(c, weights, g);
+    m2.set_steps(3);
+    nn::Adam<B16> o2(o);
+    o2.set_step_count(3);
+    m2.load_optimizer(o2, st);
+    train(m2, o2, 3, 6);
+    return m2.masters();
+  };
+  const auto differing = [&](const nn::Masters& got) {
+    long n = 0;
+    for (const auto& [k, v] : want) n += (got.at(k).array() != v.array()).count();
+    return n;
+  };
+  CHECK(differing(resumed(state)) == 0);
+  nn::Masters without = state;
+  for (auto it = without.begin(); it != without.end();) it = it->first.rfind("master.", 0) == 0 ? without.erase(it) : std::next(it);
+  const long off = differing(resumed(without));
+  MESSAGE("resumed without the fp32 master: " << off << " weights differ after 3 more steps");
+  CHECK(off > 0);
 }
 
 TEST_CASE("LossScaler: back off on an overflow, grow after the interval, refuse bad options") {

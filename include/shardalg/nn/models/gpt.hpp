@@ -271,21 +271,28 @@ class Gpt {
   static constexpr bool has_moments = requires(const Opt& o) { o.state().begin()->second.m; };
 
   /// Optimizer state (Adam's moments, SGD's momentum) as logical masters, prefixed "m." / "v." /
-  /// "momentum."; a parameter without state yet is skipped.
+  /// "momentum."; Adam's fp32 master of a 16-bit parameter too ("master."), which holds what the
+  /// 16-bit weight cannot (a resumed run without it restarts from the rounded weight). A parameter
+  /// without state yet is skipped. Each tensor keeps its own type on the way (fp32 state of a
+  /// 16-bit model is not rounded to 16 bits).
   template <class Opt>
   Masters optimizer_masters(const Opt& opt) {
     Masters out;
     visit_params([&](const ParamInfo& i, const TensorMap& m, auto& w) {
-      using S = std::remove_cvref_t<decltype(w)>;
+      using L = typename std::remove_cvref_t<decltype(w)>::layout;
+      const auto as = [&](const auto& local) {  // this rank's state block, sharded like w
+        using E = typename std::remove_cvref_t<decltype(local)>::Scalar;
+        return Sharded<E, L, B>(local, w.rows(), w.cols(), w.group());
+      };
+      auto it = opt.state().find(i.name);
+      if (it == opt.state().end()) return;
       if constexpr (has_moments<Opt>) {
-        auto it = opt.state().find(i.name);
-        if (it == opt.state().end()) return;
-        unmap(S(it->second.m, w.rows(), w.cols(), w.group()), m, "m.", out);
-        unmap(S(it->second.v, w.rows(), w.cols(), w.group()), m, "v.", out);
+        unmap(as(it->second.m), m, "m.", out);
+        unmap(as(it->second.v), m, "v.", out);
+        if constexpr (requires { it->second.master; })
+          if (it->second.master.size() > 0) unmap(as(it->second.master), m, "master.", out);
       } else {
-        auto it = opt.state().find(i.name);
-        if (it == opt.state().end()) return;
-        unmap(S(it->second, w.rows(), w.cols(), w.group()), m, "momentum.", out);
+        unmap(as(it->second), m, "momentum.", out);
       }
     });
     return out;
@@ -296,7 +303,14 @@ class Gpt {
     visit_params([&](const ParamInfo& i, const TensorMap& m, auto& w) {
       if constexpr (has_moments<Opt>) {
         if (!in.count("m." + m.parts.at(0))) return;
-        opt.state()[i.name] = {remap(w, m, "m.", in).local(), remap(w, m, "v.", in).local(), {}};
+        auto& st = opt.state()[i.name];
+        using E = typename std::remove_cvref_t<decltype(st.m)>::Scalar;
+        st.m = remap<E>(w, m, "m.", in).local();
+        st.v = remap<E>(w, m, "v.", in).local();
+        if constexpr (requires { st.master; }) {
+          if (in.count("master." + m.parts.at(0))) st.master = remap<E>(w, m, "master.", in).local();
+          else st.master = {};
+        }
       } else {
         if (!in.count("momentum." + m.parts.at(0))) return;
         opt.state()[i.name] = remap(w, m, "momentum.", in).local();
@@ -512,8 +526,8 @@ class Gpt {
     }
   }
   /// Logical parts → this rank's block of a tensor shaped like `like`; rows ≥ m.rows are zero.
-  template <class L>
-  static Sharded<T, L, B> remap(const Sharded<T, L, B>& like, const TensorMap& m, const std::string& prefix,
+  template <class U = T, class L>
+  static Sharded<U, L, B> remap(const Sharded<T, L, B>& like, const TensorMap& m, const std::string& prefix,
                                 const Masters& in) {
     using shardalg::detail::cat;
     std::vector<const Eigen::MatrixXd*> parts;
@@ -525,7 +539,7 @@ class Gpt {
                              it->second.cols(), ", expected ", m.rows, "x", m.part_cols[k]));
       parts.push_back(&it->second);
     }
-    return from_global<T, L, B>(like.rows(), like.cols(), like.group(), [&](Index r, Index c) {
+    return from_global<U, L, B>(like.rows(), like.cols(), like.group(), [&](Index r, Index c) {
       if (r >= m.rows) return 0.0;
       const auto lc = m(c);
       return (*parts[static_cast<std::size_t>(lc.part)])(r, lc.col);
