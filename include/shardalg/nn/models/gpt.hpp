@@ -704,8 +704,8 @@ void Gpt<T, B>::accumulate_gradients() {
                                              " accumulated); call forward_backward first"));
     visit([&](const ParamInfo& info, auto&, const auto& g) {
       auto add = B::template cast<Main>(g.local());  // 16-bit → fp32: exact
-      auto [it, fresh] = main_.try_emplace(info.name, std::move(add));
-      if (!fresh) it->second += B::template cast<Main>(g.local());
+      if (auto it = main_.find(info.name); it != main_.end()) it->second += add;
+      else main_.emplace(info.name, std::move(add));
     });
     grads_in_main_ = true;
     ++micro_;
