@@ -98,14 +98,14 @@ struct Silu {
   static constexpr bool device_callable = true;
   template <class V>
   SHARDALG_HD V operator()(V x) const {
-    return x / (V(1) + std::exp(-x));
+    return x / (V(1) + fn::exp_of(-x));
   }
 };
 struct SiluGrad {
   static constexpr bool device_callable = true;
   template <class V>
   SHARDALG_HD V operator()(V x) const {
-    const V s = V(1) / (V(1) + std::exp(-x));
+    const V s = V(1) / (V(1) + fn::exp_of(-x));
     return s * (V(1) + x * (V(1) - s));
   }
 };

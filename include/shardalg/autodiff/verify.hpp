@@ -17,6 +17,14 @@
 // (double; `fd_samples` entries per input, h = 1e-5·max(1, |x|); the error is normwise over the
 // samples, relative to the gradient's norm scaled to their share). The report's columns are
 // shardalg-verify's: name, checks, max rel error, worst, PASS / FAIL.
+//
+// With `.bounds = true` (a program generic in its builder, [](auto& b) { … }; the CPU backend):
+// at P = 1 and each world the program runs in T and, on the same ranks, over precision::
+// bound_of<T> — Running<f64 | f32>, Stored<bf16 | f16, f32> (precision/element.hpp) — whose
+// elements carry the exact value and the rounding bound of that very run: its kernels, its
+// summation splits, its all_reduce's order. Reported per output and gradient: the largest and the
+// median over the elements of |run − exact| ÷ bound; pass ≤ 1. For T = double the exact value is
+// itself a double evaluation, so the ratio is taken against twice the bound.
 #pragma once
 
 #include <algorithm>
@@ -33,6 +41,7 @@
 #include "shardalg/autodiff/tape.hpp"
 #include "shardalg/comm/run_ranks.hpp"
 #include "shardalg/bridge/dense.hpp"
+#include "shardalg/precision/element.hpp"
 
 namespace shardalg::ad {
 
@@ -45,6 +54,7 @@ template <Element T, class B = CpuBackend>
 class Builder {
  public:
   using Dense = Named::mapped_type;
+  using element_type = T;  // a generic program's literals (an ε) and its bounds-only branches
   Builder(Tape& tape, Group g, const Named& inputs) : tape_(&tape), g_(std::move(g)), inputs_(&inputs) {}
 
   /// A differentiated input (or parameter) `name`, as layout L; its gradient is reported.
@@ -52,6 +62,7 @@ class Builder {
   Var<T, L, B> input(const std::string& name) {
     auto v = tape_->input(shard_as<L>(name));
     grads_.emplace(name, [v](const Tape& t) { return gathered(t.grad(v)); });
+    if constexpr (bounded) grad_vars_.emplace(name, [v](const Tape& t) { return bounds_of(t.grad(v)); });
     return v;
   }
   /// An input that is not differentiated (no gradient reported).
@@ -63,6 +74,7 @@ class Builder {
   template <class L>
   void output(const std::string& name, const Var<T, L, B>& y) {
     outputs_.emplace(name, gathered(y.value()));
+    if constexpr (bounded) output_bounds_.emplace(name, bounds_of(y.value()));
     const Dense d = cotangent_of(name, y.rows(), y.cols());
     tape_->seed(y, cotangent_shard<cot_t<L>>(d));
   }
@@ -75,6 +87,14 @@ class Builder {
   Named gradients() const {
     Named out;
     for (const auto& [name, f] : grads_) out.emplace(name, f(*tape_));
+    return out;
+  }
+  /// Over a running bound's element (precision/element.hpp): each output's and gradient's bound.
+  Named take_output_bounds() { return std::move(output_bounds_); }
+  Named gradient_bounds() const {
+    Named out;
+    if constexpr (bounded)
+      for (const auto& [name, v] : grad_vars_) out.emplace(name, v(*tape_));
     return out;
   }
   /// The fixed cotangent of output `name` (a function of the name and the shape only).
@@ -136,14 +156,20 @@ class Builder {
   }
   template <class L>
   static Dense gathered(const Sharded<T, L, B>& x) {
-    return to_dense(x).template cast<double>();
+    if constexpr (bounded) return to_dense(x).unaryExpr([](const T& e) { return e.value(); });
+    else return to_dense(x).template cast<double>();
   }
+  template <class L>
+  static Dense bounds_of(const Sharded<T, L, B>& x) {
+    return to_dense(x).unaryExpr([](const T& e) { return e.bound(); });
+  }
+  static constexpr bool bounded = precision::is_bound_element_v<T>;
 
   Tape* tape_;
   Group g_;
   const Named* inputs_;
-  Named outputs_;
-  std::map<std::string, std::function<Dense(const Tape&)>> grads_;
+  Named outputs_, output_bounds_;
+  std::map<std::string, std::function<Dense(const Tape&)>> grads_, grad_vars_;
 };
 
 struct VerifyOptions {
@@ -151,26 +177,45 @@ struct VerifyOptions {
   double tolerance = 1e-12;          // normwise relative error, outputs and gradients vs P = 1
   double fd_tolerance = 1e-7;        // relative error of the central differences (double)
   int fd_samples = 12;               // entries per input checked by finite differences (0: none)
+  /// Derived bounds instead of `tolerance`: at P = 1 and each world, every element of every
+  /// output and gradient of the run in T against its exact value, error ÷ its rounding bound
+  /// (the same program over precision::bound_of<T>); pass ≤ 1. Needs a program generic in its
+  /// builder ([](auto& b) { … }), the CPU backend and a floating-point T.
+  bool bounds = false;
 };
 
 struct VerifyCheck {
   std::string name;  // "y" (output), "d w" (gradient), "fd d w" (finite differences)
   int world = 1;
-  double error = 0;
+  double error = 0;   // bounds: the largest error ÷ bound
   bool pass = true;
+  double median = 0;  // bounds: the median error ÷ bound over the tensor's elements
 };
 
 struct VerifyReport {
   std::vector<VerifyCheck> checks;
   Named outputs, gradients;  // at P = 1
+  bool bounds = false;       // the checks are error ÷ bound (VerifyOptions::bounds)
   [[nodiscard]] bool pass() const {
     return std::all_of(checks.begin(), checks.end(), [](const VerifyCheck& c) { return c.pass; });
   }
   /// One line per check, then PASS or FAIL (the format of shardalg-verify's rows).
   [[nodiscard]] std::string text() const {
     std::ostringstream os;
-    os << "ad::verify — the program's forward and derived backward, sharded vs its dense twin (P = 1)\n";
     char line[256];
+    if (bounds) {
+      os << "ad::verify — every element of the run against its exact value, error ÷ its rounding bound (pass ≤ 1)\n";
+      std::snprintf(line, sizeof line, "%-28s %6s  %-13s %-13s %s\n", "tensor", "world", "max err/bound", "median", "");
+      os << line;
+      for (const auto& c : checks) {
+        std::snprintf(line, sizeof line, "%-28s %6d  %-13.3g %-13.3g %s\n", c.name.c_str(), c.world, c.error, c.median,
+                      c.pass ? "" : "FAIL");
+        os << line;
+      }
+      os << (pass() ? "PASS\n" : "FAIL\n");
+      return os.str();
+    }
+    os << "ad::verify — the program's forward and derived backward, sharded vs its dense twin (P = 1)\n";
     std::snprintf(line, sizeof line, "%-28s %6s  %-13s %s\n", "check", "world", "max rel error", "");
     os << line;
     for (const auto& c : checks) {
@@ -211,6 +256,87 @@ std::pair<Named, Named> run_program(Program& program, const Named& inputs, int p
   return {std::move(outs), std::move(grads)};
 }
 
+/// The program over a running bound's element R on p thread ranks: rank 0's exact values and
+/// bounds of the outputs and gradients.
+struct BoundRun {
+  Named outs, grads, out_bounds, grad_bounds;
+};
+template <class R, class B, class Program>
+BoundRun run_bounds(Program& program, const Named& inputs, int p) {
+  BoundRun out;
+  std::mutex m;
+  run_ranks(p, [&](ThreadComm& comm) {
+    Tape tape;
+    Builder<R, B> b(tape, Group(comm), inputs);
+    program(b);
+    tape.run();
+    BoundRun mine{b.take_outputs(), b.gradients(), b.take_output_bounds(), b.gradient_bounds()};
+    if (comm.rank() == 0) {
+      std::lock_guard lk(m);
+      out = std::move(mine);
+    }
+  });
+  return out;
+}
+
+/// max and median over the elements of |got − value| ÷ (factor·bound): 0 where both are 0, ∞
+/// where only the bound is (or the shapes differ).
+inline std::pair<double, double> error_over_bound(const Named::mapped_type& got, const Named::mapped_type& value,
+                                                  const Named::mapped_type& bound, double factor) {
+  if (got.rows() != value.rows() || got.cols() != value.cols()) return {std::numeric_limits<double>::infinity(), 0.0};
+  std::vector<double> r(static_cast<std::size_t>(got.size()));
+  for (Index i = 0; i < got.size(); ++i) {
+    const double e = std::abs(got.data()[i] - value.data()[i]), b = factor * bound.data()[i];
+    r[static_cast<std::size_t>(i)] = e == 0.0 ? 0.0 : b > 0.0 ? e / b : std::numeric_limits<double>::infinity();
+  }
+  if (r.empty()) return {0.0, 0.0};
+  const double worst = *std::max_element(r.begin(), r.end());
+  std::nth_element(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(r.size() / 2), r.end());
+  return {worst, r[r.size() / 2]};
+}
+
+/// VerifyOptions::bounds: P = 1 and each world, in T and over bound_of<T>.
+template <Element T, class B, class Program>
+void check_bounds(VerifyReport& rep, Program& program, const Named& inputs, const VerifyOptions& o) {
+  if constexpr (!std::is_same_v<B, CpuBackend> || !std::is_floating_point_v<compute_t<T>>) {
+    throw AutodiffError("ad::verify: bounds run on the CPU backend in double, float, bf16 or fp16");
+  } else {
+    using R = precision::bound_of<T>;
+    if constexpr (!std::is_invocable_v<Program&, Builder<R, B>&>) {
+      throw AutodiffError(
+          "ad::verify: bounds run the program over a running bound's element too; write it generic in its builder: "
+          "[](auto& b) { … }");
+    } else {
+      // The reference value is itself a double evaluation of the program: for T = double it is
+      // within the bound of the exact value as the run is, so the two are within twice the bound.
+      const double factor = std::is_same_v<T, double> ? 2.0 : 1.0;
+      std::vector<int> worlds{1};
+      for (int p : o.worlds)
+        if (std::find(worlds.begin(), worlds.end(), p) == worlds.end()) worlds.push_back(p);
+      for (int p : worlds) {
+        auto [outs, grads] = run_program<T, B>(program, inputs, p);
+        BoundRun ref;
+        try {
+          ref = run_bounds<R, B>(program, inputs, p);
+        } catch (const precision::PrecisionError& e) {  // a bound that does not exist fails, named
+          rep.checks.push_back({std::string("(bound) ") + e.what(), p, std::numeric_limits<double>::infinity(), false, 0.0});
+          continue;
+        }
+        const auto add = [&](const std::string& label, const Named& got, const Named& values, const Named& bounds,
+                             const std::string& name) {
+          const auto it = got.find(name);
+          const auto [worst, median] =
+              it == got.end() ? std::pair{std::numeric_limits<double>::infinity(), 0.0}
+                              : error_over_bound(it->second, values.at(name), bounds.at(name), factor);
+          rep.checks.push_back({label, p, worst, worst <= 1.0, median});
+        };
+        for (const auto& [name, v] : ref.outs) add(name, outs, ref.outs, ref.out_bounds, name);
+        for (const auto& [name, v] : ref.grads) add("d " + name, grads, ref.grads, ref.grad_bounds, name);
+      }
+    }
+  }
+}
+
 /// L(x) = Σ_o ⟨y_o(x), D_o⟩ at P = 1.
 template <Element T, class B, class Program>
 double objective(Program& program, const Named& inputs) {
@@ -226,7 +352,9 @@ template <Element T = double, class B = CpuBackend, class Program>
 VerifyReport verify(Program program, const Named& inputs, const VerifyOptions& o = {}) {
   VerifyReport rep;
   auto [outs1, grads1] = detail::run_program<T, B>(program, inputs, 1);
-  for (int p : o.worlds) {
+  rep.bounds = o.bounds;
+  if (o.bounds) detail::check_bounds<T, B>(rep, program, inputs, o);
+  for (int p : o.bounds ? std::vector<int>{} : o.worlds) {
     auto [outs, grads] = detail::run_program<T, B>(program, inputs, p);
     for (const auto& [name, y] : outs1) {
       const double e = outs.count(name) ? detail::rel_error(outs.at(name), y) : std::numeric_limits<double>::infinity();

@@ -56,7 +56,7 @@ struct GeluErf {
   static constexpr bool device_callable = true;
   template <class T>
   SHARDALG_HD T operator()(T x) const {
-    return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
+    return T(0.5) * x * (T(1) + fn::erf_of(x * T(0.7071067811865476)));
   }
 };
 /// d/dx of GeluErf: Φ(x) + x·φ(x).
@@ -64,7 +64,7 @@ struct GeluErfGrad {
   static constexpr bool device_callable = true;
   template <class T>
   SHARDALG_HD T operator()(T x) const {
-    return T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476))) + x * std::exp(T(-0.5) * x * x) * T(0.3989422804014327);
+    return T(0.5) * (T(1) + fn::erf_of(x * T(0.7071067811865476))) + x * fn::exp_of(T(-0.5) * x * x) * T(0.3989422804014327);
   }
 };
 

@@ -10,7 +10,31 @@
 #define SHARDALG_HD
 #endif
 
+#include <cmath>
+
 namespace shardalg::fn {
+
+/// A scalar type with its own exp, erf and √, found by argument-dependent lookup: the running bound's
+/// elements (precision/running.hpp), whose every operation carries a rounding bound.
+template <class T>
+concept OwnMath = requires { T::own_math; };
+
+/// exp, erf and √ of a scalar: std:: for the built-in types, the type's own for an OwnMath type.
+template <class T>
+SHARDALG_HD auto exp_of(T x) {  // std::exp's own result type (float for a 16-bit x)
+  if constexpr (OwnMath<T>) return exp(x);
+  else return std::exp(x);
+}
+template <class T>
+SHARDALG_HD auto erf_of(T x) {
+  if constexpr (OwnMath<T>) return erf(x);
+  else return std::erf(x);
+}
+template <class T>
+SHARDALG_HD auto sqrt_of(T x) {
+  if constexpr (OwnMath<T>) return sqrt(x);
+  else return std::sqrt(x);
+}
 
 struct plus {
   static constexpr bool device_callable = true;

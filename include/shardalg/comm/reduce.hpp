@@ -47,4 +47,12 @@ void accumulate(T* acc, const T* x, std::size_t n, ReduceOp op) {
 /// Elements per tile of a reduction: the running sum stays in L1.
 inline constexpr std::size_t reduce_tile_bytes = 16384;
 
+/// acc[i] := acc[i] ∘ x[i] for the element tags above this layer (DType bound_*, the running
+/// bound's elements): precision/element.hpp registers it; until then such a tag is refused.
+using ExtraAccumulate = void (*)(void* acc, const void* x, std::size_t n, DType t, ReduceOp op);
+inline ExtraAccumulate& extra_accumulate() {
+  static ExtraAccumulate f = nullptr;
+  return f;
+}
+
 }  // namespace shardalg::detail

@@ -73,7 +73,7 @@ struct HostOps {
   }
   template <class Dst, class Src>
   void reduce(int ndst, Dst&& dst, int nsrc, Src&& src, std::size_t n, DType t, ReduceOp op) {
-    dispatch_host(t, [&]<class T>() {
+    const auto typed = [&]<class T>() {
       constexpr std::size_t tile = detail::reduce_tile_bytes / sizeof(T);
       T acc[tile];
       for (std::size_t t0 = 0; t0 < n; t0 += tile) {  // a destination may alias its source
@@ -82,7 +82,21 @@ struct HostOps {
         for (int s = 1; s < nsrc; ++s) detail::accumulate(acc, static_cast<const T*>(src(s)) + t0, len, op);
         for (int k = 0; k < ndst; ++k) std::copy_n(acc, len, static_cast<T*>(dst(k)) + t0);
       }
-    });
+    };
+    if (!is_bound(t)) return dispatch_host(t, typed);
+    // A running bound's partials (precision/element.hpp) add in the same rank order, as bytes.
+    const auto extra = detail::extra_accumulate();
+    if (!extra)
+      throw std::invalid_argument(std::string("ThreadComm: ") + std::string(to_string(t)) +
+                                  " needs shardalg/precision/element.hpp included");
+    const std::size_t es = size_of(t), tile = detail::reduce_tile_bytes / es;
+    alignas(8) unsigned char acc[detail::reduce_tile_bytes];
+    for (std::size_t t0 = 0; t0 < n; t0 += tile) {
+      const std::size_t len = std::min(tile, n - t0);
+      std::memcpy(acc, static_cast<const char*>(src(0)) + t0 * es, len * es);
+      for (int s = 1; s < nsrc; ++s) extra(acc, static_cast<const char*>(src(s)) + t0 * es, len, t, op);
+      for (int k = 0; k < ndst; ++k) std::memcpy(static_cast<char*>(dst(k)) + t0 * es, acc, len * es);
+    }
   }
   void fence() {}
   void* stage(std::size_t bytes) { return ::operator new(bytes ? bytes : 1); }

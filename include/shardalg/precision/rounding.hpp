@@ -40,6 +40,7 @@ struct PrecisionError : Error {
 /// The floating-point formats a bound speaks of: the storage and accumulation types of an op.
 enum class Format { f64, f32, f16, bf16 };
 
+
 constexpr std::string_view to_string(Format f) {
   switch (f) {
     case Format::f64: return "f64";

@@ -23,7 +23,7 @@
 //   √x           d = E_x / (√v_x + √max(0, v_x − E_x)),  E = d + u(|v| + d)
 //   exp x        d = e^{v_x}(e^{E_x} − 1),  E = d + r(|v| + d)
 //   log x        d = −log(1 − E_x/v_x),  E = d + r(|v| + d)   (E_x < v_x or PrecisionError)
-//   tanh, cosh, erfc: d = E_x · max |f'| on [v_x − E_x, v_x + E_x],  E = d + r(|v| + d)
+//   tanh, cosh, erf, erfc: d = E_x · max |f'| on [v_x − E_x, v_x + E_x],  E = d + r(|v| + d)
 //   |x|, max, min: no rounding;  E = E_x (max/min: the larger of the two)
 //   a constant c   E = 0 when c is a value of the format, else u|c| (it is rounded to the format)
 // r is the relative error of the library's exp, log, tanh, cosh and erfc: `function_ulps` units of
@@ -75,6 +75,7 @@ template <Format F>
 class Running {
  public:
   static constexpr double u = unit_roundoff(F);
+  static constexpr bool own_math = true;  // exp, erf, tanh … below, found by ADL (base/functors.hpp)
   /// The relative error of exp, log, tanh, cosh and erfc, in units of u.
   static constexpr double function_ulps = 4.0;
 
@@ -174,6 +175,10 @@ class Running {
     const double e = x.bound(), us = unit_roundoff(*st.format), eps = (1.0 + u) * (1.0 + us) - 1.0;
     const double c = us + (1.0 + us) * gamma(st.tp - 1, eps);
     return closed(x.v_, e + c * (x.a_ + e) + st.tp * underflow_unit(*st.format));
+  }
+  friend Running erf(const Running& x) {
+    const double ex = x.bound(), lo = std::max(0.0, std::abs(x.v_) - ex);
+    return function(std::erf(x.v_), ex * 2.0 / std::sqrt(3.14159265358979323846) * std::exp(-lo * lo));
   }
   friend Running erfc(const Running& x) {
     const double ex = x.bound(), lo = std::max(0.0, std::abs(x.v_) - ex);

@@ -162,9 +162,14 @@ struct CpuBackend {
   /// f applied elementwise; a functor with a `cpu_apply(in, out, n)` for this element type (a
   /// contiguous kernel: nn::GeluTanh on float, backend/cpu/simd.hpp) runs that, one with an `array(x)`
   /// form (a whole-array expression) runs vectorised by Eigen.
+  /// A NarrowStorage T (bf16, fp16) maps in compute_t<T> and rounds each element once, as every
+  /// kernel does: a scalar functor over T itself would round each intermediate to T, and mixes T
+  /// with float through Eigen's bfloat16 ∘ int overloads (1 + exp(−x) truncated to 1).
   template <class T, class F>
   static matrix<T> map(const matrix<T>& x, F f) {
-    if constexpr (requires(T* out) { f.cpu_apply(x.data(), out, x.size()); }) {
+    if constexpr (NarrowStorage<T> && std::is_invocable_v<const F&, compute_t<T>>) {
+      return map<compute_t<T>>(x.template cast<compute_t<T>>(), f).template cast<T>();
+    } else if constexpr (requires(T* out) { f.cpu_apply(x.data(), out, x.size()); }) {
       matrix<T> y(x.rows(), x.cols());
       f.cpu_apply(x.data(), y.data(), x.size());
       return y;
@@ -184,7 +189,7 @@ struct CpuBackend {
   /// sweep of memory: backend/cpu/col_sum_order.hpp).
   template <class T>
   static matrix<T> col_sum(const matrix<T>& x) {
-    if constexpr (HostHalf<T>) return col_sum<float>(x.template cast<float>()).template cast<T>();  // fp32 sums
+    if constexpr (NarrowStorage<T>) return col_sum<compute_t<T>>(x.template cast<compute_t<T>>()).template cast<T>();  // fp32 sums
     else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       matrix<T> s(1, x.cols());
       ColSumOrder<T>::sum(x.data(), x.rows(), x.cols(), x.cols(), s.data());
@@ -200,7 +205,7 @@ struct CpuBackend {
   template <class T>
   static matrix<T> row_sum(const matrix<T>& x) {
     if constexpr (HostHalf<T>) {
-      return row_sum<float>(x.template cast<float>()).template cast<T>();  // fp32 sums
+      return row_sum<compute_t<T>>(x.template cast<compute_t<T>>()).template cast<T>();  // fp32 sums
     } else {
       if (x.size() == 0) return matrix<T>::Zero(x.rows(), 1);
       return x.rowwise().sum();
@@ -215,7 +220,7 @@ struct CpuBackend {
   template <class T>
   static matrix<T> softmax_rows(const matrix<T>& x) {
     if constexpr (HostHalf<T>) {
-      return softmax_rows<float>(x.template cast<float>()).template cast<T>();  // fp32, rounded once
+      return softmax_rows<compute_t<T>>(x.template cast<compute_t<T>>()).template cast<T>();  // fp32, rounded once
     } else {
       matrix<T> y = (x.colwise() - x.rowwise().maxCoeff()).array().exp().matrix();
       const auto s = y.rowwise().sum().eval();
@@ -229,23 +234,23 @@ struct CpuBackend {
 template <class T>
 void CpuBackend::gemm(T alpha, MatView<T> a, MatView<T> b, T beta, T* c, Index ldc) {
     const Index m = a.rows, n = b.cols;
-    if constexpr (HostHalf<T>) {
+    if constexpr (NarrowStorage<T>) {
       if (m == 0 || n == 0) return;
       // The stored block of a view (rows × cols, or its transpose), converted to contiguous float.
-      const auto widen = [](MatView<T> v, matrix<float>& buf) {
+      const auto widen = [](MatView<T> v, matrix<compute_t<T>>& buf) {
         const Index sr = v.trans ? v.cols : v.rows, sc = v.trans ? v.rows : v.cols;
         buf.resize(sr, sc);
         for (Index i = 0; i < sr; ++i)
-          for (Index j = 0; j < sc; ++j) buf(i, j) = static_cast<float>(v.data[i * v.ld + j]);
-        return MatView<float>{buf.data(), v.rows, v.cols, std::max<Index>(sc, 1), v.trans};
+          for (Index j = 0; j < sc; ++j) buf(i, j) = static_cast<compute_t<T>>(v.data[i * v.ld + j]);
+        return MatView<compute_t<T>>{buf.data(), v.rows, v.cols, std::max<Index>(sc, 1), v.trans};
       };
-      matrix<float> af, bf, cf(m, n);
-      const MatView<float> va = widen(a, af), vb = widen(b, bf);
-      const float fb = static_cast<float>(beta);
+      matrix<compute_t<T>> af, bf, cf(m, n);
+      const MatView<compute_t<T>> va = widen(a, af), vb = widen(b, bf);
+      const compute_t<T> fb = static_cast<compute_t<T>>(beta);
       if (fb != 0.0f)
         for (Index i = 0; i < m; ++i)
-          for (Index j = 0; j < n; ++j) cf(i, j) = static_cast<float>(c[i * ldc + j]);
-      gemm<float>(static_cast<float>(alpha), va, vb, fb, cf.data(), n);
+          for (Index j = 0; j < n; ++j) cf(i, j) = static_cast<compute_t<T>>(c[i * ldc + j]);
+      gemm<compute_t<T>>(static_cast<compute_t<T>>(alpha), va, vb, fb, cf.data(), n);
       for (Index i = 0; i < m; ++i)
         for (Index j = 0; j < n; ++j) c[i * ldc + j] = T(cf(i, j));
       return;

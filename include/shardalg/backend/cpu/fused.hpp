@@ -27,10 +27,10 @@ struct Fused<CpuBackend> {
 
   template <class T>
   static M<T> bias_act(M<T>& y, const M<T>* b, Activation act) {
-    if constexpr (HostHalf<T>) {  // y + b stored, then act(y + b): each rounded once
-      M<float> yf = wide(y);
-      const M<float> bf = b ? wide(*b) : M<float>();
-      const M<float> af = bias_act_impl<float>(yf, b ? &bf : nullptr, act);
+    if constexpr (NarrowStorage<T>) {  // y + b stored, then act(y + b): each rounded once
+      M<compute_t<T>> yf = wide(y);
+      const M<compute_t<T>> bf = b ? wide(*b) : M<compute_t<T>>();
+      const M<compute_t<T>> af = bias_act_impl<compute_t<T>>(yf, b ? &bf : nullptr, act);
       y = narrow<T>(yf);
       return narrow<T>(af);
     } else {
@@ -39,9 +39,9 @@ struct Fused<CpuBackend> {
   }
   template <class T>
   static M<T> act_grad(const M<T>& h, M<T>&& da, Activation act, M<T>* db) {
-    if constexpr (HostHalf<T>) {  // dh and db = Σ_rows dh in fp32, each rounded once
-      M<float> dbf;
-      const M<float> dhf = act_grad_impl<float>(wide(h), wide(da), act, db ? &dbf : nullptr);
+    if constexpr (NarrowStorage<T>) {  // dh and db = Σ_rows dh in fp32, each rounded once
+      M<compute_t<T>> dbf;
+      const M<compute_t<T>> dhf = act_grad_impl<compute_t<T>>(wide(h), wide(da), act, db ? &dbf : nullptr);
       if (db) *db = narrow<T>(dbf);
       return narrow<T>(dhf);
     } else {
@@ -58,9 +58,9 @@ struct Fused<CpuBackend> {
   /// Kernels::row_mean_var and Kernels::norm_apply, row by row in one loop.
   template <class T>
   static NormOut<T> norm_forward(const M<T>& x, const M<T>& gamma, const M<T>* beta, T eps, bool center) {
-    if constexpr (HostHalf<T>) {  // the statistics in fp32; y, x̂ and rstd rounded once
-      const M<float> bf = beta ? wide(*beta) : M<float>();
-      const auto o = norm_forward_impl<float>(wide(x), wide(gamma), beta ? &bf : nullptr, static_cast<float>(eps), center);
+    if constexpr (NarrowStorage<T>) {  // the statistics in fp32; y, x̂ and rstd rounded once
+      const M<compute_t<T>> bf = beta ? wide(*beta) : M<compute_t<T>>();
+      const auto o = norm_forward_impl<compute_t<T>>(wide(x), wide(gamma), beta ? &bf : nullptr, static_cast<compute_t<T>>(eps), center);
       return {narrow<T>(o.y), narrow<T>(o.xhat), narrow<T>(o.rstd)};
     } else {
       return norm_forward_impl<T>(x, gamma, beta, eps, center);
@@ -71,9 +71,9 @@ struct Fused<CpuBackend> {
   template <class T>
   static NormGrads<T> norm_backward(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd,
                                     bool center, bool want_dbeta, const M<T>* residual = nullptr) {
-    if constexpr (HostHalf<T>) {  // the row sums and dγ, dβ in fp32; each output rounded once
-      const M<float> rf = residual ? wide(*residual) : M<float>();
-      const auto g = norm_backward_impl<float>(wide(dy), wide(xhat), wide(gamma), wide(rstd), center, want_dbeta,
+    if constexpr (NarrowStorage<T>) {  // the row sums and dγ, dβ in fp32; each output rounded once
+      const M<compute_t<T>> rf = residual ? wide(*residual) : M<compute_t<T>>();
+      const auto g = norm_backward_impl<compute_t<T>>(wide(dy), wide(xhat), wide(gamma), wide(rstd), center, want_dbeta,
                                                residual ? &rf : nullptr);
       return {narrow<T>(g.dx), narrow<T>(g.dgamma), narrow<T>(g.dbeta)};
     } else {
@@ -84,7 +84,7 @@ struct Fused<CpuBackend> {
   template <class T>
   static M<T> dropout_add(const M<T>& x, const M<T>& z, double p, std::uint64_t seed, std::uint64_t tensor, Index r0,
                           Index c0) {
-    if constexpr (HostHalf<T>) return narrow<T>(dropout_add_impl<float>(wide(x), wide(z), p, seed, tensor, r0, c0));
+    if constexpr (NarrowStorage<T>) return narrow<T>(dropout_add_impl<compute_t<T>>(wide(x), wide(z), p, seed, tensor, r0, c0));
     else return dropout_add_impl<T>(x, z, p, seed, tensor, r0, c0);
   }
 
@@ -197,11 +197,11 @@ struct Fused<CpuBackend> {
 
   /// A 16-bit block as float (exact) and a float block rounded to T.
   template <class T>
-  static M<float> wide(const M<T>& m) {
-    return m.template cast<float>();
+  static M<compute_t<T>> wide(const M<T>& m) {
+    return m.template cast<compute_t<T>>();
   }
   template <class T>
-  static M<T> narrow(const M<float>& m) {
+  static M<T> narrow(const M<compute_t<T>>& m) {
     return m.template cast<T>();
   }
   template <class T>

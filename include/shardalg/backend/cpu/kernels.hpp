@@ -40,8 +40,8 @@ struct Kernels<CpuBackend> {
   /// A 16-bit block widened to fp32: the unfused kernels below compute a 16-bit T in fp32 and
   /// round each output once, as every other CpuBackend kernel does.
   template <class T>
-  static M<float> wide(const M<T>& m) {
-    return m.template cast<float>();
+  static M<compute_t<T>> wide(const M<T>& m) {
+    return m.template cast<compute_t<T>>();
   }
 
   // ---- normalisation: center = true is LayerNorm, false is RMSNorm --------------------------
@@ -52,8 +52,8 @@ struct Kernels<CpuBackend> {
   /// [rows, 2] = (mean, variance) of each whole row, two passes; for RMSNorm (0, mean square).
   template <class T>
   static M<T> row_mean_var(const M<T>& x, bool center) {
-    if constexpr (HostHalf<T>) {
-      return row_mean_var<float>(wide(x), center).template cast<T>();  // fp32, rounded once
+    if constexpr (NarrowStorage<T>) {
+      return row_mean_var<compute_t<T>>(wide(x), center).template cast<T>();  // fp32, rounded once
     } else {
       const Index n = x.cols();
       M<T> mv(x.rows(), 2);
@@ -82,8 +82,8 @@ struct Kernels<CpuBackend> {
   /// [rows, 2] = (Σ_k x_k, Σ_k x_k²) over this block's columns: a summand of the row's sums.
   template <class T>
   static M<T> row_power_sums(const M<T>& x) {
-    if constexpr (HostHalf<T>) {
-      return row_power_sums<float>(wide(x)).template cast<T>();  // fp32 sums, rounded once
+    if constexpr (NarrowStorage<T>) {
+      return row_power_sums<compute_t<T>>(wide(x)).template cast<T>();  // fp32 sums, rounded once
     } else {
       M<T> s(x.rows(), 2);
       s.col(0) = x.rowwise().sum();
@@ -95,8 +95,8 @@ struct Kernels<CpuBackend> {
   /// (Σx, Σx²) over n columns → (mean, variance) (RMSNorm: (0, mean square)).
   template <class T>
   static M<T> mean_var_from_sums(const M<T>& s, Index n, bool center) {
-    if constexpr (HostHalf<T>) {
-      return mean_var_from_sums<float>(wide(s), n, center).template cast<T>();
+    if constexpr (NarrowStorage<T>) {
+      return mean_var_from_sums<compute_t<T>>(wide(s), n, center).template cast<T>();
     } else {
       M<T> mv(s.rows(), 2);
       for (Index i = 0; i < s.rows(); ++i) {
@@ -116,15 +116,15 @@ struct Kernels<CpuBackend> {
   /// x̂ = (x − mean)·rstd, rstd = 1/√(var + eps); y = x̂ ⊙ γ (+ β when given).
   template <class T>
   static NormOut<T> norm_apply(const M<T>& x, const M<T>& mv, const M<T>& gamma, const M<T>* beta, T eps) {
-    if constexpr (HostHalf<T>) {  // fp32 from the stored statistics; y, x̂ and rstd rounded once
-      const M<float> bf = beta ? wide(*beta) : M<float>();
-      const auto o = norm_apply<float>(wide(x), wide(mv), wide(gamma), beta ? &bf : nullptr, static_cast<float>(eps));
+    if constexpr (NarrowStorage<T>) {  // fp32 from the stored statistics; y, x̂ and rstd rounded once
+      const M<compute_t<T>> bf = beta ? wide(*beta) : M<compute_t<T>>();
+      const auto o = norm_apply<compute_t<T>>(wide(x), wide(mv), wide(gamma), beta ? &bf : nullptr, static_cast<compute_t<T>>(eps));
       return {o.y.template cast<T>(), o.xhat.template cast<T>(), o.rstd.template cast<T>()};
     } else {
       NormOut<T> o{M<T>(x.rows(), x.cols()), M<T>(x.rows(), x.cols()), M<T>(x.rows(), 1)};
       for (Index i = 0; i < x.rows(); ++i) {
         // T(√…): T(1) / float would pick Eigen's bfloat16 / Index
-        const T rstd = T(1) / T(std::sqrt(mv(i, 1) + eps));
+        const T rstd = T(1) / T(fn::sqrt_of(mv(i, 1) + eps));
         o.rstd(i, 0) = rstd;
         norm_row(o, i, x, mv(i, 0), rstd, gamma, beta);
       }
@@ -149,8 +149,8 @@ struct Kernels<CpuBackend> {
   /// [rows, 2] = (Σ_k g_k, Σ_k g_k·x̂_k) over this block's columns, g = dy ⊙ γ.
   template <class T>
   static M<T> norm_grad_sums(const M<T>& dy, const M<T>& xhat, const M<T>& gamma) {
-    if constexpr (HostHalf<T>) {
-      return norm_grad_sums<float>(wide(dy), wide(xhat), wide(gamma)).template cast<T>();
+    if constexpr (NarrowStorage<T>) {
+      return norm_grad_sums<compute_t<T>>(wide(dy), wide(xhat), wide(gamma)).template cast<T>();
     } else {
       M<T> s(dy.rows(), 2);
       for (Index i = 0; i < dy.rows(); ++i) {
@@ -180,8 +180,8 @@ struct Kernels<CpuBackend> {
   template <class T>
   static M<T> norm_grad_apply(const M<T>& dy, const M<T>& xhat, const M<T>& gamma, const M<T>& rstd,
                               const M<T>& sums, Index n, bool center) {
-    if constexpr (HostHalf<T>) {
-      return norm_grad_apply<float>(wide(dy), wide(xhat), wide(gamma), wide(rstd), wide(sums), n, center).template cast<T>();
+    if constexpr (NarrowStorage<T>) {
+      return norm_grad_apply<compute_t<T>>(wide(dy), wide(xhat), wide(gamma), wide(rstd), wide(sums), n, center).template cast<T>();
     } else {
       M<T> dx(dy.rows(), dy.cols());
       for (Index i = 0; i < dy.rows(); ++i) {
@@ -212,15 +212,15 @@ struct Kernels<CpuBackend> {
 
   template <class T>
   static M<T> swiglu(const M<T>& h) {
-    if constexpr (HostHalf<T>) {
-      return swiglu<float>(wide(h)).template cast<T>();  // fp32, rounded once
+    if constexpr (NarrowStorage<T>) {
+      return swiglu<compute_t<T>>(wide(h)).template cast<T>();  // fp32, rounded once
     } else {
       const Index w = h.cols() / 2;
       M<T> a(h.rows(), w);
       for (Index i = 0; i < h.rows(); ++i)
         for (Index j = 0; j < w; ++j) {
           const T g = h(i, j);
-          a(i, j) = g / (T(1) + std::exp(-g)) * h(i, w + j);
+          a(i, j) = g / (T(1) + fn::exp_of(-g)) * h(i, w + j);
         }
       return a;
     }
@@ -229,15 +229,15 @@ struct Kernels<CpuBackend> {
   /// d[gate | up] from dA: d up = dA·silu(g); d gate = dA·up·σ(g)·(1 + g·(1 − σ(g))).
   template <class T>
   static M<T> swiglu_grad(const M<T>& h, const M<T>& da) {
-    if constexpr (HostHalf<T>) {
-      return swiglu_grad<float>(wide(h), wide(da)).template cast<T>();
+    if constexpr (NarrowStorage<T>) {
+      return swiglu_grad<compute_t<T>>(wide(h), wide(da)).template cast<T>();
     } else {
       const Index w = h.cols() / 2;
       M<T> dh(h.rows(), h.cols());
       for (Index i = 0; i < h.rows(); ++i)
         for (Index j = 0; j < w; ++j) {
           const T g = h(i, j), u = h(i, w + j);
-          const T sig = T(1) / (T(1) + std::exp(-g));
+          const T sig = T(1) / (T(1) + fn::exp_of(-g));
           dh(i, w + j) = da(i, j) * g * sig;
           dh(i, j) = da(i, j) * u * sig * (T(1) + g * (T(1) - sig));
         }
@@ -250,8 +250,8 @@ struct Kernels<CpuBackend> {
   /// y = x ⊙ mask / (1 − p), mask(i, j) = [uniform(seed, tensor, r0 + i, c0 + j) ≥ p].
   template <class T>
   static M<T> dropout(const M<T>& x, double p, std::uint64_t seed, std::uint64_t tensor, Index r0, Index c0) {
-    if constexpr (HostHalf<T>) {  // the scale in fp32, each kept value rounded once
-      return dropout<float>(x.template cast<float>(), p, seed, tensor, r0, c0).template cast<T>();
+    if constexpr (NarrowStorage<T>) {  // the scale in fp32, each kept value rounded once
+      return dropout<compute_t<T>>(x.template cast<compute_t<T>>(), p, seed, tensor, r0, c0).template cast<T>();
     } else {
       const T scale = static_cast<T>(1.0 / (1.0 - p));
       M<T> y(x.rows(), x.cols());
@@ -284,8 +284,8 @@ struct Kernels<CpuBackend> {
   /// drop (optional): O = (P ⊙ mask/(1 − p))·V; probs keeps P itself (the backward recomputes the mask).
   template <class T>
   static AttnOut<T> causal_attention(const M<T>& qkv, const AttnShape& s, const AttnDropout& drop = {}) {
-    if constexpr (HostHalf<T>) {  // scores, softmax and P·V in fp32; O and P rounded once
-      const auto o = attention_forward<float>(qkv.template cast<float>(), s, drop);
+    if constexpr (NarrowStorage<T>) {  // scores, softmax and P·V in fp32; O and P rounded once
+      const auto o = attention_forward<compute_t<T>>(qkv.template cast<compute_t<T>>(), s, drop);
       return {o.out.template cast<T>(), o.probs.template cast<T>()};
     } else {
       return attention_forward<T>(qkv, s, drop);
@@ -297,9 +297,9 @@ struct Kernels<CpuBackend> {
   template <class T>
   static M<T> causal_attention_grad(const M<T>& qkv, const M<T>& probs, const M<T>& dout, const AttnShape& s,
                                     const AttnDropout& drop = {}) {
-    if constexpr (HostHalf<T>)  // from the stored P; every product and row sum in fp32, dQKV rounded once
-      return attention_backward<float>(qkv.template cast<float>(), probs.template cast<float>(),
-                                       dout.template cast<float>(), s, drop)
+    if constexpr (NarrowStorage<T>)  // from the stored P; every product and row sum in fp32, dQKV rounded once
+      return attention_backward<compute_t<T>>(qkv.template cast<compute_t<T>>(), probs.template cast<compute_t<T>>(),
+                                       dout.template cast<compute_t<T>>(), s, drop)
           .template cast<T>();
     else
       return attention_backward<T>(qkv, probs, dout, s, drop);
@@ -308,7 +308,7 @@ struct Kernels<CpuBackend> {
  private:
   template <class T>
   static AttnOut<T> attention_forward(const M<T>& qkv, const AttnShape& s, const AttnDropout& drop) {
-    const T scale = T(1) / std::sqrt(T(s.head_dim));
+    const T scale = T(1) / fn::sqrt_of(T(s.head_dim));
     const Index d = s.head_dim, uw = s.unit_width(), n = s.seq, ow = s.out_width();
     // every element of both is written below (probs: the softmax left of the diagonal, zeros right of it)
     AttnOut<T> o{M<T>(s.batch * n, ow), M<T>(s.batch * s.units * s.q_per_unit * n, n)};
@@ -346,7 +346,7 @@ struct Kernels<CpuBackend> {
   template <class T>
   static M<T> attention_backward(const M<T>& qkv, const M<T>& probs, const M<T>& dout, const AttnShape& s,
                                  const AttnDropout& drop) {
-    const T scale = T(1) / std::sqrt(T(s.head_dim));
+    const T scale = T(1) / fn::sqrt_of(T(s.head_dim));
     const Index d = s.head_dim, uw = s.unit_width(), n = s.seq, ld = qkv.cols();
     M<T> dqkv(qkv.rows(), ld);  // every column written: dQ by query tiles, dK and dV by key tiles
     if (ld != s.units * uw) dqkv.setZero();
@@ -420,7 +420,10 @@ struct Kernels<CpuBackend> {
     if constexpr (std::is_same_v<T, float>) {
       sum = simd::exp_sum(x, scale, shift, len);
     } else {
-      for (Index c = 0; c < len; ++c) sum += (x[c] = std::exp(std::fma(x[c], scale, -shift)));
+      for (Index c = 0; c < len; ++c) {
+        if constexpr (fn::OwnMath<T>) sum += (x[c] = exp(x[c] * scale - shift));  // a bound: the fma rounds less
+        else sum += (x[c] = std::exp(std::fma(x[c], scale, -shift)));
+      }
     }
     for (Index c = 0; c < len; ++c) x[c] /= sum;
   }

@@ -50,8 +50,9 @@ inline ncclDataType_t nccl_type(DType t) {
     case DType::i64: return ncclInt64;
     case DType::bf16: return ncclBfloat16;
     case DType::f16: return ncclFloat16;
+    default: break;
   }
-  return ncclFloat32;
+  throw CudaError(shardalg::detail::cat("NcclComm: no NCCL datatype for ", to_string(t)));
 }
 inline ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {

@@ -68,6 +68,7 @@ class CudaSimOps {
       case DType::i64: kernels::reduce_ranks<std::int64_t><<<blocks, kernels::kThreads, 0, stream_>>>(static_cast<std::int64_t*>(out), list, nsrc, n, code); break;
       case DType::bf16: kernels::reduce_ranks<bf16><<<blocks, kernels::kThreads, 0, stream_>>>(static_cast<bf16*>(out), list, nsrc, n, code); break;
       case DType::f16: kernels::reduce_ranks<f16><<<blocks, kernels::kThreads, 0, stream_>>>(static_cast<f16*>(out), list, nsrc, n, code); break;
+      default: throw CudaError(shardalg::detail::cat("SimComm: no device reduction for ", to_string(t)));
     }
     SHARDALG_CUDA_CHECK(cudaGetLastError());
     for (int k = 1; k < ndst; ++k) copy(dst(k), out, n * size_of(t));
