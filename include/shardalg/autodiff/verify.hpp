@@ -235,42 +235,21 @@ inline double rel_error(const Named::mapped_type& got, const Named::mapped_type&
   return scale > 0 ? diff / scale : diff;
 }
 
-/// One run of the program on p thread ranks: rank 0's gathered outputs and gradients.
+/// One run of the program on p thread ranks: rank 0's gathered outputs and gradients; over a
+/// running bound's element (precision/element.hpp) their values and, beside them, their bounds.
+struct Run {
+  Named outs, grads, out_bounds, grad_bounds;
+};
 template <Element T, class B, class Program>
-std::pair<Named, Named> run_program(Program& program, const Named& inputs, int p) {
-  Named outs, grads;
+Run run_program(Program& program, const Named& inputs, int p) {
+  Run out;
   std::mutex m;
   run_ranks(p, [&](ThreadComm& comm) {
     Tape tape;
     Builder<T, B> b(tape, Group(comm), inputs);
     program(b);
     tape.run();
-    auto o = b.take_outputs();
-    auto g = b.gradients();
-    if (comm.rank() == 0) {
-      std::lock_guard lk(m);
-      outs = std::move(o);
-      grads = std::move(g);
-    }
-  });
-  return {std::move(outs), std::move(grads)};
-}
-
-/// The program over a running bound's element R on p thread ranks: rank 0's exact values and
-/// bounds of the outputs and gradients.
-struct BoundRun {
-  Named outs, grads, out_bounds, grad_bounds;
-};
-template <class R, class B, class Program>
-BoundRun run_bounds(Program& program, const Named& inputs, int p) {
-  BoundRun out;
-  std::mutex m;
-  run_ranks(p, [&](ThreadComm& comm) {
-    Tape tape;
-    Builder<R, B> b(tape, Group(comm), inputs);
-    program(b);
-    tape.run();
-    BoundRun mine{b.take_outputs(), b.gradients(), b.take_output_bounds(), b.gradient_bounds()};
+    Run mine{b.take_outputs(), b.gradients(), b.take_output_bounds(), b.gradient_bounds()};
     if (comm.rank() == 0) {
       std::lock_guard lk(m);
       out = std::move(mine);
@@ -314,10 +293,10 @@ void check_bounds(VerifyReport& rep, Program& program, const Named& inputs, cons
       for (int p : o.worlds)
         if (std::find(worlds.begin(), worlds.end(), p) == worlds.end()) worlds.push_back(p);
       for (int p : worlds) {
-        auto [outs, grads] = run_program<T, B>(program, inputs, p);
-        BoundRun ref;
+        const Run got = run_program<T, B>(program, inputs, p);
+        Run ref;
         try {
-          ref = run_bounds<R, B>(program, inputs, p);
+          ref = run_program<R, B>(program, inputs, p);
         } catch (const precision::PrecisionError& e) {  // a bound that does not exist fails, named
           rep.checks.push_back({std::string("(bound) ") + e.what(), p, std::numeric_limits<double>::infinity(), false, 0.0});
           continue;
@@ -330,8 +309,8 @@ void check_bounds(VerifyReport& rep, Program& program, const Named& inputs, cons
                               : error_over_bound(it->second, values.at(name), bounds.at(name), factor);
           rep.checks.push_back({label, p, worst, worst <= 1.0, median});
         };
-        for (const auto& [name, v] : ref.outs) add(name, outs, ref.outs, ref.out_bounds, name);
-        for (const auto& [name, v] : ref.grads) add("d " + name, grads, ref.grads, ref.grad_bounds, name);
+        for (const auto& [name, v] : ref.outs) add(name, got.outs, ref.outs, ref.out_bounds, name);
+        for (const auto& [name, v] : ref.grads) add("d " + name, got.grads, ref.grads, ref.grad_bounds, name);
       }
     }
   }
@@ -340,9 +319,9 @@ void check_bounds(VerifyReport& rep, Program& program, const Named& inputs, cons
 /// L(x) = Σ_o ⟨y_o(x), D_o⟩ at P = 1.
 template <Element T, class B, class Program>
 double objective(Program& program, const Named& inputs) {
-  auto [outs, grads] = run_program<T, B>(program, inputs, 1);
+  const Run run = run_program<T, B>(program, inputs, 1);
   double l = 0;
-  for (const auto& [name, y] : outs) l += y.cwiseProduct(Builder<T, B>::cotangent_of(name, y.rows(), y.cols())).sum();
+  for (const auto& [name, y] : run.outs) l += y.cwiseProduct(Builder<T, B>::cotangent_of(name, y.rows(), y.cols())).sum();
   return l;
 }
 }  // namespace detail
@@ -351,11 +330,14 @@ double objective(Program& program, const Named& inputs) {
 template <Element T = double, class B = CpuBackend, class Program>
 VerifyReport verify(Program program, const Named& inputs, const VerifyOptions& o = {}) {
   VerifyReport rep;
-  auto [outs1, grads1] = detail::run_program<T, B>(program, inputs, 1);
+  detail::Run one = detail::run_program<T, B>(program, inputs, 1);
+  const Named& outs1 = one.outs;
+  const Named& grads1 = one.grads;
   rep.bounds = o.bounds;
   if (o.bounds) detail::check_bounds<T, B>(rep, program, inputs, o);
   for (int p : o.bounds ? std::vector<int>{} : o.worlds) {
-    auto [outs, grads] = detail::run_program<T, B>(program, inputs, p);
+    const detail::Run run = detail::run_program<T, B>(program, inputs, p);
+    const Named &outs = run.outs, &grads = run.grads;
     for (const auto& [name, y] : outs1) {
       const double e = outs.count(name) ? detail::rel_error(outs.at(name), y) : std::numeric_limits<double>::infinity();
       rep.checks.push_back({name, p, e, e <= o.tolerance});
@@ -393,8 +375,8 @@ VerifyReport verify(Program program, const Named& inputs, const VerifyOptions& o
       }
     }
   }
-  rep.outputs = std::move(outs1);
-  rep.gradients = std::move(grads1);
+  rep.outputs = std::move(one.outs);
+  rep.gradients = std::move(one.grads);
   return rep;
 }
 
