@@ -14,6 +14,7 @@
 #include "shardalg/backend/cpu/simd.hpp"
 #include "shardalg/backend/cpu/simd_rows.hpp"
 #include "shardalg/backend/kernels.hpp"
+#include "shardalg/base/functors.hpp"  // fn::exp_of, fn::sqrt_of
 #include "shardalg/backend/random.hpp"
 
 namespace shardalg::nn {
