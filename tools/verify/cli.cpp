@@ -150,7 +150,8 @@ Parsed parse_options(int argc, char** argv) {
       ->check(CLI::IsMember({"float", "double", "bf16", "fp16"}))
       ->capture_default_str();
   app.add_flag("--bounds", o.bounds,
-               "with --dtype float: each block against its derived rounding bound instead of the fixed tolerance");
+               "with --dtype float or double: each block against its derived rounding bound instead of the fixed "
+               "tolerance");
   integer_option(app, flags, "--seed", o.seed_arg, "seed of the weights, tokens and dropout masks (0 … 2^63−1)",
                  std::int64_t{0});
   app.add_option("--backend", o.backend, "thread: ThreadComm ranks in this process; mpi: MpiComm (under mpirun)")

@@ -18,7 +18,7 @@
 //   shardalg-verify --tp 4 --dtype float --json
 //   shardalg-verify --tp 4 --dtype bf16      each block against the error bound derived from bf16
 //                                            storage and fp32 arithmetic (precision.cpp; --dtype
-//                                            float --bounds for fp32)
+//                                            float | double --bounds for fp32, fp64)
 //   shardalg-verify --explain                block 0's derivation as executed
 //   shardalg-verify --trace trace.json       Chrome trace (Perfetto / chrome://tracing)
 //   mpirun -np 2 shardalg-verify --backend mpi

@@ -42,7 +42,7 @@ struct Options {
   int layers = 2;
   Index hidden = 64, heads = 8, groups = 0, ffn = 0, seq = 32, batch = 2, vocab = 1000, vocab_divisor = 128;
   std::string dtype = "double";        // float, double; bf16 and fp16 run the bounds check (precision.cpp)
-  bool bounds = false;                 // --bounds: the bounds check for --dtype float
+  bool bounds = false;                 // --bounds: the bounds check for --dtype float or double
   std::uint64_t seed = 1234;
   std::int64_t seed_arg = 1234;  // --seed as given (signed, so that a negative one is refused, not wrapped)
   std::string backend = "thread";
@@ -170,8 +170,6 @@ inline void validate(const Options& o, int p) {
   positive("--tp", p);
   positive("--dp", o.dp);
   if (o.bounds_mode()) {
-    if (o.dtype == "double")
-      throw ConfigError("--bounds checks a float, bf16 or fp16 program; --dtype double keeps its fixed tolerance");
     std::string with;
     if (o.backend != "thread") with = "--backend " + o.backend;
     else if (o.dp > 1) with = cat("--dp ", o.dp);
