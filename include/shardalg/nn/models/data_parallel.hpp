@@ -479,18 +479,21 @@ void DataParallelGpt<T, B>::load_optimizer(ShardedAdam<T, B>& opt, const Masters
     model_.load_optimizer(full, in);
     const Group& dpg = data_;
     opt.bind(plan_, dpg.size(), dpg.rank());
+    using SM = typename ShardedAdam<T, B>::StateMat;
     for (std::size_t b = 0; b < plan_.buckets(); ++b) {
-      Mat fm = Mat::Zero(1, plan_.padded[b]), fv = Mat::Zero(1, plan_.padded[b]);
+      SM fm = SM::Zero(1, plan_.padded[b]), fv = SM::Zero(1, plan_.padded[b]), fw = SM::Zero(1, plan_.padded[b]);
       for (const auto& s : plan_.slots) {
         if (s.bucket != b) continue;
         auto it = full.state().find(s.name);
         if (it == full.state().end()) continue;
         pack(it->second.m, s, fm);
         pack(it->second.v, s, fv);
+        if (it->second.master.size() > 0) pack(it->second.master, s, fw);  // a 16-bit model's fp32 master
       }
       const Index len = plan_.padded[b] / dpg.size();
       opt.m()[b] = fm.middleCols(dpg.rank() * len, len);
       opt.v()[b] = fv.middleCols(dpg.rank() * len, len);
+      if (!opt.master().empty()) opt.master()[b] = fw.middleCols(dpg.rank() * len, len);  // 0: seeded from W
     }
   }
 
@@ -572,16 +575,23 @@ Adam<T, B> DataParallelGpt<T, B>::full_adam(const ShardedAdam<T, B>& opt) {
     full.set_step_count(opt.step_count());
     if (!opt.bound()) return full;
     Group dpg = data_;
+    using SM = typename ShardedAdam<T, B>::StateMat;
+    const bool master = !opt.master().empty();  // a 16-bit model: the fp32 master travels too
     for (std::size_t b = 0; b < plan_.buckets(); ++b) {
-      Mat fm(1, plan_.padded[b]), fv(1, plan_.padded[b]);
+      SM fm(1, plan_.padded[b]), fv(1, plan_.padded[b]), fw(master ? 1 : 0, master ? plan_.padded[b] : 0);
       const auto n = static_cast<std::size_t>(opt.m()[b].size());
       dpg.all_gather(opt.m()[b].data(), fm.data(), n, CallInfo{"C", "R", true});
       dpg.all_gather(opt.v()[b].data(), fv.data(), n, CallInfo{"C", "R", true});
+      if (master) dpg.all_gather(opt.master()[b].data(), fw.data(), n, CallInfo{"C", "R", true});
       for (const auto& s : plan_.slots) {
         if (s.bucket != b) continue;
-        typename Adam<T, B>::Moments mo{Mat(s.rows, s.cols), Mat(s.rows, s.cols)};
+        typename Adam<T, B>::Moments mo{SM(s.rows, s.cols), SM(s.rows, s.cols), SM()};
         unpack(fm, s, mo.m);
         unpack(fv, s, mo.v);
+        if (master) {
+          mo.master.resize(s.rows, s.cols);
+          unpack(fw, s, mo.master);
+        }
         full.state()[s.name] = std::move(mo);
       }
     }

@@ -11,6 +11,12 @@
 // parameters). state_bytes() is what this rank allocated, for the memory check against that formula.
 // The update is Adam's kernel (OptimKernels::adam_n) on each slice, element for element the
 // unsharded one, so with the same reduced gradients the parameters come out bitwise the same.
+//
+// 16-bit parameters (bf16, fp16) on the CPU: as Adam does, the moments and a master copy of the
+// weights are fp32 — here only this rank's slice of each, so 12Ψ/d bytes of state per rank beside
+// the 2Ψ weights and 2Ψ gradients. Each slice of the master is seeded from the weights where they
+// are not its rounding (the first update, or a weight loaded from outside); the update runs on the
+// master with the gradient slice widened, and the weights' slice is the master rounded.
 #pragma once
 
 #include <algorithm>
@@ -24,9 +30,14 @@ namespace shardalg::nn {
 
 template <Element T, class B = CpuBackend>
 class ShardedAdam {
+  static constexpr bool mixed = HostHalf<T> && std::is_same_v<B, CpuBackend>;
+
  public:
   using Options = typename Adam<T, B>::Options;
   using Mat = typename B::template matrix<T>;
+  /// The element type of the state: fp32 for 16-bit parameters (Adam's), T otherwise.
+  using State = typename Adam<T, B>::State;
+  using StateMat = typename B::template matrix<State>;
 
   explicit ShardedAdam(Options o = {}) : opt_(o) { (void)Adam<T, B>(o); }  // Adam checks the betas
 
@@ -42,9 +53,11 @@ class ShardedAdam {
     r_ = r;
     m_.clear();
     v_.clear();
+    master_.clear();
     for (Index n : plan.padded) {
-      m_.push_back(Mat::Zero(1, n / d));
-      v_.push_back(Mat::Zero(1, n / d));
+      m_.push_back(StateMat::Zero(1, n / d));
+      v_.push_back(StateMat::Zero(1, n / d));
+      if constexpr (mixed) master_.push_back(StateMat::Zero(1, n / d));  // seeded at the first update
     }
     bound_ = true;
   }
@@ -52,17 +65,22 @@ class ShardedAdam {
   [[nodiscard]] int dp_size() const { return d_; }
   [[nodiscard]] int dp_rank() const { return r_; }
 
-  /// The bytes of optimizer state this rank holds: its m and v slices, as allocated.
+  /// The bytes of optimizer state this rank holds: its m and v slices (and the fp32 master's of a
+  /// 16-bit model), as allocated.
   [[nodiscard]] std::size_t state_bytes() const {
     std::size_t n = 0;
     for (std::size_t b = 0; b < m_.size(); ++b)
-      n += static_cast<std::size_t>(m_[b].size() + v_[b].size()) * sizeof(T);
+      n += static_cast<std::size_t>(m_[b].size() + v_[b].size()) * sizeof(State);
+    for (const auto& w : master_) n += static_cast<std::size_t>(w.size()) * sizeof(State);
     return n;
   }
-  [[nodiscard]] const std::vector<Mat>& m() const { return m_; }
-  [[nodiscard]] const std::vector<Mat>& v() const { return v_; }
-  std::vector<Mat>& m() { return m_; }
-  std::vector<Mat>& v() { return v_; }
+  [[nodiscard]] const std::vector<StateMat>& m() const { return m_; }
+  [[nodiscard]] const std::vector<StateMat>& v() const { return v_; }
+  std::vector<StateMat>& m() { return m_; }
+  std::vector<StateMat>& v() { return v_; }
+  /// This rank's slices of the fp32 master (16-bit parameters; empty otherwise).
+  [[nodiscard]] const std::vector<StateMat>& master() const { return master_; }
+  std::vector<StateMat>& master() { return master_; }
 
   /// Adam on this rank's slice of bucket b: `p` and `g` are the slice's parameter values and
   /// reduced gradients. Each parameter's part of the slice gets its own weight decay (matrices
@@ -76,10 +94,25 @@ class ShardedAdam {
       if (s.bucket != b) continue;
       const Index a = std::max(lo, s.offset), e = std::min(hi, s.offset + s.size());
       if (a >= e) continue;
-      const Index i = a - lo;
-      OptimKernels<B>::template adam_n<T>(p + i, g + i, m_[b].data() + i, v_[b].data() + i, e - a, T(scale),
-                                          T(opt_.lr), T(opt_.beta1), T(opt_.beta2), T(opt_.eps),
-                                          T(s.decay ? opt_.weight_decay : 0.0), T(c1), T(c2));
+      const Index i = a - lo, n = e - a;
+      const auto k = [&]<class S>(S* w, const S* grad) {
+        OptimKernels<B>::template adam_n<S>(w, grad, m_[b].data() + i, v_[b].data() + i, n, S(scale), S(opt_.lr),
+                                            S(opt_.beta1), S(opt_.beta2), S(opt_.eps),
+                                            S(s.decay ? opt_.weight_decay : 0.0), S(c1), S(c2));
+      };
+      if constexpr (mixed) {
+        State* w = master_[b].data() + i;
+        bool seeded = true;
+        for (Index j = 0; j < n && seeded; ++j) seeded = T(w[j]) == p[i + j];
+        if (!seeded)
+          for (Index j = 0; j < n; ++j) w[j] = static_cast<State>(p[i + j]);
+        std::vector<State> gw(static_cast<std::size_t>(n));
+        for (Index j = 0; j < n; ++j) gw[static_cast<std::size_t>(j)] = static_cast<State>(g[i + j]);
+        k(w, gw.data());
+        for (Index j = 0; j < n; ++j) p[i + j] = T(w[j]);
+      } else {
+        k(p + i, g + i);
+      }
     }
   }
 
@@ -88,7 +121,7 @@ class ShardedAdam {
   long step_ = 0;
   int d_ = 1, r_ = 0;
   bool bound_ = false;
-  std::vector<Mat> m_, v_;
+  std::vector<StateMat> m_, v_, master_;
 };
 
 /// The sharded update from this rank's gradient slices G_b[dp:C] (`gslice`, bucket by bucket):
