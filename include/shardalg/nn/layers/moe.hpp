@@ -459,3 +459,16 @@ class Moe {
 };
 
 }  // namespace shardalg::nn
+
+#if defined(SHARDALG_EXTERN_TEMPLATES)
+// shardalg::compiled (src/moe.cpp) holds these instantiations: a program that links it compiles
+// none of the layer's code itself.
+namespace shardalg::nn {
+extern template class Moe<float, CpuBackend>;
+extern template class Moe<double, CpuBackend>;
+extern template Moe<float, CpuBackend> Moe<float, CpuBackend>::from_dense(const MoeConfig&,
+                                                                          const MoeMasters<Eigen::MatrixXd>&, const Mesh&);
+extern template Moe<double, CpuBackend> Moe<double, CpuBackend>::from_dense(const MoeConfig&,
+                                                                            const MoeMasters<Eigen::MatrixXd>&, const Mesh&);
+}  // namespace shardalg::nn
+#endif
