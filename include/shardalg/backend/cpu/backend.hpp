@@ -23,6 +23,7 @@
 
 #include "shardalg/backend/cpu/col_sum_order.hpp"
 #include "shardalg/base/dtype.hpp"
+#include "shardalg/base/functors.hpp"  // fn::OwnMath
 #include "shardalg/base/index.hpp"
 #include <string_view>
 #include <type_traits>
@@ -276,6 +277,23 @@ void CpuBackend::gemm(T alpha, MatView<T> a, MatView<T> b, T beta, T* c, Index l
         return;
       }
 #endif
+      if constexpr (fn::OwnMath<T>) {
+        // A running bound's element (precision/element.hpp): the products summed in k order — its
+        // open sums cover any order — without Eigen's GEMM kernel for a class type (four of them
+        // per element type cost a test TU about 0.5 GB of compiler memory).
+        const Index k = a.cols;
+        const auto at = [](const MatView<T>& v, Index i, Index j) -> const T& {
+          return v.trans ? v.data[j * v.ld + i] : v.data[i * v.ld + j];
+        };
+        for (Index i = 0; i < m; ++i)
+          for (Index j = 0; j < n; ++j) {
+            T acc = T(0);
+            for (Index l = 0; l < k; ++l) acc += at(a, i, l) * at(b, l, j);
+            T& cij = c[i * ldc + j];
+            cij = beta == T(0) ? alpha * acc : beta * cij + alpha * acc;
+          }
+        return;
+      }
       using Map = Eigen::Map<const matrix<T>, 0, Stride>;
       const Map A(a.data, a.trans ? a.cols : a.rows, a.trans ? a.rows : a.cols, Stride(std::max<Index>(a.ld, 1)));
       const Map B(b.data, b.trans ? b.cols : b.rows, b.trans ? b.rows : b.cols, Stride(std::max<Index>(b.ld, 1)));
