@@ -9,7 +9,7 @@
 #include <cstdio>
 
 #include "check.hpp"
-#include "shardalg/shardalg.hpp"
+#include "shardalg/core.hpp"  // the algebra, the thread world, the ledger and compare: all it uses
 
 using namespace shardalg;
 using Mat = CpuBackend::matrix<double>;
