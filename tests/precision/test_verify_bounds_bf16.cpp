@@ -5,9 +5,5 @@
 using namespace vb;
 
 TEST_CASE("ad::verify with bounds: the op program at P = 1, 2, 3, 4 in bf16") {
-  using T = Eigen::bfloat16;
-  const auto r = ad::verify<T>(op_program, op_inputs(), {.worlds = {2, 3, 4}, .fd_samples = 0, .bounds = true});
-  CHECK(r.bounds);
-  const double worst = check_passes<T>(r);
-  MESSAGE(pr::to_string(pr::format_of<T>), ": largest error ÷ bound ", worst);
+  check_op_program<Eigen::bfloat16>();
 }

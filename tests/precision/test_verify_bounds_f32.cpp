@@ -6,11 +6,7 @@
 using namespace vb;
 
 TEST_CASE("ad::verify with bounds: the op program at P = 1, 2, 3, 4 in float") {
-  using T = float;
-  const auto r = ad::verify<T>(op_program, op_inputs(), {.worlds = {2, 3, 4}, .fd_samples = 0, .bounds = true});
-  CHECK(r.bounds);
-  const double worst = check_passes<T>(r);
-  MESSAGE(pr::to_string(pr::format_of<T>), ": largest error ÷ bound ", worst);
+  check_op_program<float>();
 }
 
 TEST_CASE("ad::verify with bounds: bugs injected into the float run (not its bound) fail on the tensor where they happen") {
