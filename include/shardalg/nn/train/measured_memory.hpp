@@ -173,4 +173,11 @@ MemoryReport measure_memory(Gpt<T, B>& model, Adam<T, B>& opt, std::span<const s
   return r;
 }
 
+#if defined(SHARDALG_EXTERN_TEMPLATES)  // compiled in src/gpt.cpp and src/gpt_double.cpp (shardalg::compiled)
+extern template MemoryReport measure_memory(Gpt<float, CpuBackend>&, Adam<float, CpuBackend>&,
+                                            std::span<const std::int64_t>, std::span<const std::int64_t>, double);
+extern template MemoryReport measure_memory(Gpt<double, CpuBackend>&, Adam<double, CpuBackend>&,
+                                            std::span<const std::int64_t>, std::span<const std::int64_t>, double);
+#endif
+
 }  // namespace shardalg::nn
