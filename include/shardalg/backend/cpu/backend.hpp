@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "shardalg/backend/cpu/col_sum_order.hpp"
+#include "shardalg/backend/cpu/eigen_kernels.hpp"
 #include "shardalg/base/dtype.hpp"
 #include "shardalg/base/functors.hpp"  // fn::OwnMath
 #include "shardalg/base/index.hpp"
