@@ -276,7 +276,7 @@ void CpuBackend::gemm(T alpha, MatView<T> a, MatView<T> b, T beta, T* c, Index l
         else
           cblas_dgemm(CblasRowMajor, ta, tb, mi, ni, k, alpha, a.data, lda, b.data, ldb, beta, c, ldci);
         return;
-      }
+      } else  // each path in its own branch: code after an `if constexpr` that returns is still compiled
 #endif
       if constexpr (fn::OwnMath<T>) {
         // A running bound's element (precision/element.hpp): the products summed in k order — its
@@ -293,18 +293,18 @@ void CpuBackend::gemm(T alpha, MatView<T> a, MatView<T> b, T beta, T* c, Index l
             T& cij = c[i * ldc + j];
             cij = beta == T(0) ? alpha * acc : beta * cij + alpha * acc;
           }
-        return;
+      } else {
+        using Map = Eigen::Map<const matrix<T>, 0, Stride>;
+        const Map A(a.data, a.trans ? a.cols : a.rows, a.trans ? a.rows : a.cols, Stride(std::max<Index>(a.ld, 1)));
+        const Map B(b.data, b.trans ? b.cols : b.rows, b.trans ? b.rows : b.cols, Stride(std::max<Index>(b.ld, 1)));
+        if (beta == T(0)) C.setZero();
+        else if (beta != T(1)) C *= beta;
+        // Eigen dispatches each combination to its GEMM kernel with transpose flags: no copies.
+        if (!a.trans && !b.trans) C.noalias() += alpha * (A * B);
+        else if (a.trans && !b.trans) C.noalias() += alpha * (A.transpose() * B);
+        else if (!a.trans && b.trans) C.noalias() += alpha * (A * B.transpose());
+        else C.noalias() += alpha * (A.transpose() * B.transpose());
       }
-      using Map = Eigen::Map<const matrix<T>, 0, Stride>;
-      const Map A(a.data, a.trans ? a.cols : a.rows, a.trans ? a.rows : a.cols, Stride(std::max<Index>(a.ld, 1)));
-      const Map B(b.data, b.trans ? b.cols : b.rows, b.trans ? b.rows : b.cols, Stride(std::max<Index>(b.ld, 1)));
-      if (beta == T(0)) C.setZero();
-      else if (beta != T(1)) C *= beta;
-      // Eigen dispatches each combination to its GEMM kernel with transpose flags: no copies.
-      if (!a.trans && !b.trans) C.noalias() += alpha * (A * B);
-      else if (a.trans && !b.trans) C.noalias() += alpha * (A.transpose() * B);
-      else if (!a.trans && b.trans) C.noalias() += alpha * (A * B.transpose());
-      else C.noalias() += alpha * (A.transpose() * B.transpose());
     }
   }
 
