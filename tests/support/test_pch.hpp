@@ -5,9 +5,6 @@
 // saves the parse, about 2.4 CPU-s per test file; under GCC -O1 it saved 8 % of the test files' CPU
 // and cost 170–430 MB of peak memory each, so GCC builds without it (docs/testing.md).
 // -DCMAKE_DISABLE_PRECOMPILE_HEADERS=ON turns it off.
-#pragma once). What it saves: the
-// parse and the shared instantiations of these headers, 2–9 CPU-s per test file under GCC -O1 and
-// about 2 s under Clang -O0 (docs/testing.md). -DCMAKE_DISABLE_PRECOMPILE_HEADERS=ON turns it off.
 #pragma once
 
 #include <doctest/doctest.h>
