@@ -284,6 +284,15 @@ void all_redistribute_cases(Group g, Ledger& ledger, std::uint64_t seed, Report&
   });
 }
 
+// Both plan suites (plan_laws on threads, mpi_plan under mpirun) run these sweeps over a Group:
+// plan_cases.cpp compiles them once for both (the sweeps are most of either suite's compile).
+extern template void all_matmul_cases<double, false, false>(Group, Ledger&, std::uint64_t, Report&);
+extern template void all_matmul_cases<double, true, false>(Group, Ledger&, std::uint64_t, Report&);
+extern template void all_matmul_cases<double, false, true>(Group, Ledger&, std::uint64_t, Report&);
+extern template void all_matmul_cases<double, true, true>(Group, Ledger&, std::uint64_t, Report&);
+extern template void all_redistribute_cases<double>(Group, Ledger&, std::uint64_t, Report&);
+extern template void all_redistribute_cases<float>(Group, Ledger&, std::uint64_t, Report&);
+
 /// f(group, ledger, report) on p thread ranks, each group ledgered; every rank's failures become
 /// failed checks on the test's thread, and at least one case must have run.
 template <class F>
