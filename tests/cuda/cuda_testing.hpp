@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "shardalg/shardalg.hpp"
+#include "shardalg/core.hpp"
 
 namespace ctest {
 
