@@ -26,12 +26,25 @@
 // Attention dropout (cfg.drop): O = (P ⊙ F)·V with F the mask's factors at the global positions;
 // l and L stay those of P (dropout comes after the softmax). Backward: dV += (P ⊙ F)ᵀ dO,
 // dS = P ∘ (F ∘ dO Vᵀ − D), D = rowsum(dO ∘ O) as before (O is the dropped output).
+//
+// 16-bit storage (bf16, fp16): Q, K, V, dO, O, dQ, dK, dV are stored in T and the K/V blocks
+// travel the ring in T; everything computed is fp32 (the compute type C): the scores, m, l and
+// the accumulator a, the log-sum-exp L (kept in fp32 for the backward), D, dQ, and the dK|dV
+// partial sums, which travel the ring in fp32 so that no hop rounds them. Each output is rounded
+// to T once, at the end. The error against exact arithmetic on the same 16-bit inputs, to first
+// order (u: T's unit roundoff; the fp32 terms, (s + d + 16)·2⁻²⁴ of the same sums over absolute
+// values, are far smaller):
+//   |ΔO|  ≤ u·|O|                     |ΔdV_j| ≤ u·|dV_j|
+//   |ΔdQ_i| ≤ u·|dQ_i| + Σ_j P_ij·|ΔD_i|·|K_j|/√d,   |ΔdK_j| ≤ u·|dK_j| + Σ_i P_ij·|ΔD_i|·|Q_i|/√d
+// with |ΔD_i| ≤ u·Σ|dO_i ∘ O_i| from the rounded O that D is computed from
+// (docs/layers/context_parallel.md; tests/layers/test_context_parallel_16bit.cpp).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -59,10 +72,13 @@ struct RingAttentionConfig {
 template <class T>
 struct RingAttention {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  /// What is computed in: fp32 for 16-bit T, T otherwise.
+  using C = std::conditional_t<HostHalf<T>, float, T>;
+  using CMat = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
   struct Forward {
-    Mat o;    // [rows, Hq·d]
-    Mat lse;  // [rows, Hq]: log-sum-exp of each query row's scores, per head
+    Mat o;     // [rows, Hq·d]
+    CMat lse;  // [rows, Hq]: log-sum-exp of each query row's scores, per head
     Index blocks = 0;  // chunk blocks computed (per sequence and head): the causal balance
   };
   struct Grads {
@@ -80,33 +96,16 @@ struct RingAttention {
                                    c.head_dim));
   }
 
-  /// 16-bit storage (bf16, fp16) is refused: the online softmax would keep its running sums in
-  /// 16 bits. The message names the element type.
-  static Forward forward(Group& g, const CpTokens& tok, const RingAttentionConfig& c, const Mat& q, const Mat& k, const Mat& v) {
-    if constexpr (HostHalf<T>) throw_16bit(g);
-    else return forward_impl(g, tok, c, q, k, v);
-  }
-  static Grads backward(Group& g, const CpTokens& tok, const RingAttentionConfig& c, const Mat& q, const Mat& k, const Mat& v,
-                        const Forward& f, const Mat& dout) {
-    if constexpr (HostHalf<T>) throw_16bit(g);
-    else return backward_impl(g, tok, c, q, k, v, f, dout);
-  }
-
- private:
-  [[noreturn]] static void throw_16bit(const Group& g) {
-    throw ShapeError(shardalg::detail::cat("ring attention: context parallelism (cp = ", g.size(), ") on ",
-                                           to_string(dtype_of<T>), " elements is not supported: the online softmax would keep ",
-                                           "its running max and sums in 16 bits; use float"));
-  }
-  static Forward forward_impl(Group& g, const CpTokens& tok, const RingAttentionConfig& c, const Mat& q, const Mat& k,
-                              const Mat& v) {
+  static Forward forward(Group& g, const CpTokens& tok, const RingAttentionConfig& c, const Mat& q, const Mat& k,
+                         const Mat& v) {
     check(c, tok, q, k, v);
     const Index n = tok.rows(), hq = c.heads, d = c.head_dim;
     const int cp = g.size(), r = g.rank();
     Forward f;
-    f.o = Mat::Zero(n, hq * d);
-    f.lse = Mat::Constant(n, hq, -std::numeric_limits<T>::infinity());
-    Mat l = Mat::Zero(n, hq);  // running sums; f.lse holds the running max until the end
+    CMat o = CMat::Zero(n, hq * d);  // the accumulator a, then O
+    f.lse = CMat::Constant(n, hq, -std::numeric_limits<C>::infinity());
+    CMat l = CMat::Zero(n, hq);  // running sums; f.lse holds the running max until the end
+    const auto& qc = compute(q);
     Mat cur = pack(k, v), next(cur.rows(), cur.cols());
     for (int t = 0; t < cp; ++t) {
       const int src = (r - t + cp) % cp;
@@ -116,39 +115,43 @@ struct RingAttention {
         rs.emplace(g.isend(cur.data(), size_of(cur), dtype_of<T>, (r + 1) % cp, info("K|V", cur)));
         if (!c.overlap) rr->wait(), rs->wait();
       }
-      f.blocks += forward_block(tok, c, src, q, cur, f.o, f.lse, l);
+      f.blocks += forward_block(tok, c, src, qc, compute(cur), o, f.lse, l);
       if (rr) rr->wait(), rs->wait();
       if (t + 1 < cp) std::swap(cur, next);
     }
     for (Index i = 0; i < n; ++i)
       for (Index h = 0; h < hq; ++h) {
-        f.o.row(i).segment(h * d, d) /= l(i, h);
+        o.row(i).segment(h * d, d) /= l(i, h);
         f.lse(i, h) += std::log(l(i, h));
       }
+    f.o = to_storage(std::move(o));
     return f;
   }
 
-  static Grads backward_impl(Group& g, const CpTokens& tok, const RingAttentionConfig& c, const Mat& q, const Mat& k,
-                             const Mat& v, const Forward& f, const Mat& dout) {
+  static Grads backward(Group& g, const CpTokens& tok, const RingAttentionConfig& c, const Mat& q, const Mat& k, const Mat& v,
+                        const Forward& f, const Mat& dout) {
     check(c, tok, q, k, v);
     const Index n = tok.rows(), hq = c.heads, d = c.head_dim, gkv = c.kv_heads();
     const int cp = g.size(), r = g.rank(), next_rank = (r + 1) % cp, prev = (r - 1 + cp) % cp;
-    Mat dsum(n, hq);  // D = rowsum(dO ∘ O) per head
+    const auto& qc = compute(q);
+    const auto& doc = compute(dout);
+    const auto& oc = compute(f.o);  // the stored (rounded) O, as a fused kernel reads it
+    CMat dsum(n, hq);  // D = rowsum(dO ∘ O) per head
     for (Index i = 0; i < n; ++i)
-      for (Index h = 0; h < hq; ++h) dsum(i, h) = dout.row(i).segment(h * d, d).dot(f.o.row(i).segment(h * d, d));
-    Grads gr{Mat::Zero(n, hq * d), Mat(), Mat()};
+      for (Index h = 0; h < hq; ++h) dsum(i, h) = doc.row(i).segment(h * d, d).dot(oc.row(i).segment(h * d, d));
+    CMat dq = CMat::Zero(n, hq * d);
     Mat cur = pack(k, v), next(cur.rows(), cur.cols());
     // dK|dV of the block here, in two buffers: the one sent at step t − 1 may still be in flight
     // while step t fills the other. A send is waited two steps later, when its receiver has
     // reached the wait that takes it (an MPI rendezvous send, or a checked one, completes only
     // then): every wait is on a message of an earlier step, so the ring cannot wait on itself.
-    Mat acc[2] = {Mat(n, 2 * gkv * d), Mat(n, 2 * gkv * d)}, in(n, 2 * gkv * d);
+    CMat acc[2] = {CMat(n, 2 * gkv * d), CMat(n, 2 * gkv * d)}, in(n, 2 * gkv * d);
     std::optional<Request> sent[2];
     for (int t = 0; t < cp; ++t) {
       const int src = (r - t + cp) % cp;
-      Mat& a = acc[t % 2];
+      CMat& a = acc[t % 2];
       std::optional<Request> rs, rr, ra;
-      if (t > 0) ra.emplace(g.irecv(in.data(), size_of(in), dtype_of<T>, prev, info("dK|dV", in)));  // block src's dK|dV so far
+      if (t > 0) ra.emplace(g.irecv(in.data(), size_of(in), dtype_of<C>, prev, info("dK|dV", in)));  // block src's dK|dV so far
       if (t + 1 < cp) {
         rr.emplace(g.irecv(next.data(), size_of(next), dtype_of<T>, prev, info("K|V", next)));
         rs.emplace(g.isend(cur.data(), size_of(cur), dtype_of<T>, next_rank, info("K|V", cur)));
@@ -156,7 +159,7 @@ struct RingAttention {
       }
       if (sent[t % 2]) sent[t % 2]->wait();  // this buffer's send, two steps ago
       a.setZero();
-      backward_block(tok, c, src, q, cur, f.lse, dout, dsum, gr.dq, a);
+      backward_block(tok, c, src, qc, compute(cur), f.lse, doc, dsum, dq, a);
       if (ra) {
         ra->wait();
         a += in;
@@ -166,25 +169,36 @@ struct RingAttention {
         break;
       }
       // pass the block's dK|dV on: to the rank that holds its K/V next, or (last step) home
-      sent[t % 2].emplace(g.isend(a.data(), size_of(a), dtype_of<T>, next_rank, info("dK|dV", a)));
+      sent[t % 2].emplace(g.isend(a.data(), size_of(a), dtype_of<C>, next_rank, info("dK|dV", a)));
       if (rr) rr->wait(), rs->wait();
       if (t + 1 < cp) std::swap(cur, next);
     }
     if (cp > 1) {  // this rank's own block, every rank's share in it; then the sends still in flight
       // (the receive first: a send may complete only once its receiver waits — checked MPI reads
       // a header before it posts the data — and the last send's receiver is the next rank's home)
-      g.recv(in.data(), size_of(in), dtype_of<T>, prev, info("dK|dV", in));
+      g.recv(in.data(), size_of(in), dtype_of<C>, prev, info("dK|dV", in));
       for (auto& sr : sent)
         if (sr) sr->wait();
     }
-    gr.dk = in.leftCols(gkv * d);
-    gr.dv = in.rightCols(gkv * d);
-    return gr;
+    return {to_storage(std::move(dq)), to_storage(in.leftCols(gkv * d)), to_storage(in.rightCols(gkv * d))};
   }
 
  private:
-  static std::size_t size_of(const Mat& m) { return static_cast<std::size_t>(m.size()); }
-  static CallInfo info(std::string_view what, const Mat& m) {
+  /// A T matrix as the compute type: itself when they are the same, an fp32 copy for 16-bit T.
+  static decltype(auto) compute(const Mat& m) {
+    if constexpr (std::is_same_v<C, T>) return (m);
+    else return CMat(m.template cast<C>());
+  }
+  /// A computed result stored in T: rounded once for 16-bit T.
+  template <class M>
+  static Mat to_storage(M&& m) {
+    if constexpr (std::is_same_v<C, T>) return Mat(std::forward<M>(m));
+    else return m.template cast<T>();
+  }
+  template <class M>
+  static std::size_t size_of(const M& m) { return static_cast<std::size_t>(m.size()); }
+  template <class M>
+  static CallInfo info(std::string_view what, const M& m) {
     CallInfo ci;
     ci.layout_in = ci.layout_out = what;
     ci.dims = {m.rows(), m.cols(), -1};
@@ -213,12 +227,12 @@ struct RingAttention {
     return n;
   }
 
-  static Index forward_block(const CpTokens& tok, const RingAttentionConfig& cfg, int src, const Mat& q, const Mat& kv, Mat& o,
-                             Mat& m, Mat& l) {
+  static Index forward_block(const CpTokens& tok, const RingAttentionConfig& cfg, int src, const CMat& q, const CMat& kv,
+                             CMat& o, CMat& m, CMat& l) {
     const Index c = tok.chunk(), d = cfg.head_dim, hq = cfg.heads, rep = hq / cfg.kv_heads(), kvw = cfg.kv_heads() * d;
-    const T scale = T(1) / std::sqrt(T(d));
+    const C scale = C(1) / std::sqrt(C(d));
     Index blocks = 0;
-    Mat s(c, c);
+    CMat s(c, c);
     for (Index b = 0; b < tok.batch; ++b)
       blocks += for_blocks(tok, src, b, [&](Index qi, Index ki, Index qp, Index kp) {
         const bool diag = qp == kp;
@@ -227,16 +241,16 @@ struct RingAttention {
           s.noalias() = q.block(qi, h * d, c, d) * kv.block(ki, gk, c, d).transpose() * scale;
           for (Index i = 0; i < c; ++i) {
             const Index cols = diag ? i + 1 : c;  // causal within the diagonal block
-            const T mb = s.row(i).head(cols).maxCoeff();
-            const T mn = std::max(m(qi + i, h), mb);
-            const T keep = std::exp(m(qi + i, h) - mn);  // 0 the first time (m = −∞)
-            T sum = 0;
+            const C mb = s.row(i).head(cols).maxCoeff();
+            const C mn = std::max(m(qi + i, h), mb);
+            const C keep = std::exp(m(qi + i, h) - mn);  // 0 the first time (m = −∞)
+            C sum = 0;
             auto orow = o.row(qi + i).segment(h * d, d);
             orow *= keep;
             for (Index j = 0; j < cols; ++j) {
-              const T p = std::exp(s(i, j) - mn);
+              const C p = std::exp(s(i, j) - mn);
               sum += p;
-              const T kept = cfg.drop.active() ? p * cfg.drop.template factor<T>(b, h, tok.seq, qp + i, kp + j) : p;
+              const C kept = cfg.drop.active() ? p * cfg.drop.template factor<C>(b, h, tok.seq, qp + i, kp + j) : p;
               orow += kept * kv.row(ki + j).segment(kvw + gk, d);
             }
             l(qi + i, h) = l(qi + i, h) * keep + sum;
@@ -247,11 +261,11 @@ struct RingAttention {
     return blocks / std::max<Index>(tok.batch, 1);
   }
 
-  static void backward_block(const CpTokens& tok, const RingAttentionConfig& cfg, int src, const Mat& q, const Mat& kv, const Mat& lse,
-                             const Mat& dout, const Mat& dsum, Mat& dq, Mat& acc) {
+  static void backward_block(const CpTokens& tok, const RingAttentionConfig& cfg, int src, const CMat& q, const CMat& kv,
+                             const CMat& lse, const CMat& dout, const CMat& dsum, CMat& dq, CMat& acc) {
     const Index c = tok.chunk(), d = cfg.head_dim, hq = cfg.heads, rep = hq / cfg.kv_heads(), kvw = cfg.kv_heads() * d;
-    const T scale = T(1) / std::sqrt(T(d));
-    Mat p(c, c), ds(c, c), f(cfg.drop.active() ? c : 0, cfg.drop.active() ? c : 0);
+    const C scale = C(1) / std::sqrt(C(d));
+    CMat p(c, c), ds(c, c), f(cfg.drop.active() ? c : 0, cfg.drop.active() ? c : 0);
     for (Index b = 0; b < tok.batch; ++b)
       for_blocks(tok, src, b, [&](Index qi, Index ki, Index qp, Index kp) {
         const bool diag = qp == kp;
@@ -263,11 +277,11 @@ struct RingAttention {
           const auto dob = dout.block(qi, h * d, c, d);
           p.noalias() = qb * kb.transpose() * scale;
           for (Index i = 0; i < c; ++i)
-            for (Index j = 0; j < c; ++j) p(i, j) = (diag && j > i) ? T(0) : std::exp(p(i, j) - lse(qi + i, h));
+            for (Index j = 0; j < c; ++j) p(i, j) = (diag && j > i) ? C(0) : std::exp(p(i, j) - lse(qi + i, h));
           ds.noalias() = dob * vb.transpose();  // d(P ⊙ F)
           if (cfg.drop.active()) {
             for (Index i = 0; i < c; ++i)
-              for (Index j = 0; j < c; ++j) f(i, j) = cfg.drop.template factor<T>(b, h, tok.seq, qp + i, kp + j);
+              for (Index j = 0; j < c; ++j) f(i, j) = cfg.drop.template factor<C>(b, h, tok.seq, qp + i, kp + j);
             acc.block(ki, kvw + gk, c, d).noalias() += p.cwiseProduct(f).transpose() * dob;  // dV
             ds = ds.cwiseProduct(f);                                                         // dP
           } else {
