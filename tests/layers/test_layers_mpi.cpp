@@ -79,3 +79,21 @@ TEST_CASE("MPI: context parallelism — ring and all-to-all attention equal caus
   CHECK(u.r.dk < 1e-12);
   CHECK(u.vs_ring < 1e-12);
 }
+
+TEST_CASE("MPI: context parallelism in bf16 — ring and all-to-all attention within their derived bound per element") {
+  // K|V travel as 16-bit bits, the dK|dV partial sums in fp32 (nn/layers/ring_attention.hpp).
+  Group g = world();
+  const int cp = g.size();
+  const cpt::Shape s{2, 4 * cp, 4, 4, 8};
+  for (bool ulysses : {false, true}) {
+    CAPTURE(ulysses);
+    const auto r = cpt::case_16bit<Eigen::bfloat16>(g, s, ulysses, 11);
+    INFO("error ÷ bound, largest: O ", r.o_max, ", dQ ", r.dq_max, ", dK ", r.dk_max, ", dV ", r.dv_max);
+    CHECK(r.o_max <= 1.0);
+    CHECK(r.dq_max <= 1.0);
+    CHECK(r.dk_max <= 1.0);
+    CHECK(r.dv_max <= 1.0);
+    CHECK(r.o_med >= 1e-3);
+    CHECK(r.grad_med >= 1e-3);
+  }
+}

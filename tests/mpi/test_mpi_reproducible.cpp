@@ -39,9 +39,9 @@ template <class T>
 std::vector<T> input(std::size_t n, int r, std::uint64_t salt) {
   std::mt19937_64 gen(salt * 1000003u + static_cast<std::uint64_t>(r));
   std::vector<T> v(n);
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (std::is_floating_point_v<T> || HostHalf<T>) {
     std::uniform_real_distribution<double> u(-1.0, 1.0);
-    std::uniform_int_distribution<int> e(-20, 20);
+    std::uniform_int_distribution<int> e(HostHalf<T> ? -8 : -20, HostHalf<T> ? 8 : 20);  // fp16 ends at 65504
     for (auto& x : v) x = static_cast<T>(std::ldexp(u(gen), e(gen)));
   } else {
     std::uniform_int_distribution<int> u(-1000, 1000);
@@ -151,6 +151,59 @@ TEST_CASE_TEMPLATE("MPI reproducible mode: a long all_reduce (several exchange r
     auto a = input<T>(kLong, me, 99);
     repro.all_reduce(a.data(), kLong, dtype_of<T>, op);
     CHECK(same_bits(a, ref));
+  }
+}
+
+// bf16 and fp16: MPI has no sum of them, so MpiComm adds them in rank order in every mode (each add
+// in fp32, rounded once) and moves them as their bits: the default mode gives ThreadComm's bits too.
+TEST_CASE_TEMPLATE("MPI: bf16 and fp16 all_reduce and reduce_scatter are ThreadComm's bits in the default mode", T,
+                   Eigen::bfloat16, Eigen::half) {
+  const int P = world_size(), me = world_rank();
+  MpiComm plain(MPI_COMM_WORLD);
+  plain.set_reproducible(false);
+  std::uint64_t salt = 500;
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min})
+    for (std::size_t n : kCounts) {
+      CAPTURE(static_cast<int>(op));
+      CAPTURE(n);
+      ++salt;
+      const auto ref = thread_all_reduce<T>(P, me, n, salt, op);
+      auto a = input<T>(n, me, salt), c = a;
+      plain.all_reduce(a.data(), n, dtype_of<T>, op);
+      CHECK(same_bits(a, ref));
+      plain.iall_reduce(c.data(), n, dtype_of<T>, op).wait();
+      CHECK(same_bits(c, ref));
+      const auto rref = thread_reduce_scatter<T>(P, me, n, salt, op);
+      const auto send = input<T>(n * static_cast<std::size_t>(P), me, salt);
+      std::vector<T> r(n);
+      plain.reduce_scatter(send.data(), r.data(), n, dtype_of<T>, op);
+      CHECK(same_bits(r, rref));
+    }
+}
+
+TEST_CASE_TEMPLATE("MPI: bf16 and fp16 travel as their bits (all_gather, broadcast, send/recv)", T, Eigen::bfloat16,
+                   Eigen::half) {
+  const int P = world_size(), me = world_rank();
+  MpiComm c(MPI_COMM_WORLD);
+  const std::size_t n = 1001;
+  const auto mine = input<T>(n, me, 77);
+  std::vector<T> all(n * static_cast<std::size_t>(P));
+  c.all_gather(mine.data(), all.data(), n, dtype_of<T>);
+  for (int r = 0; r < P; ++r) {
+    const auto want = input<T>(n, r, 77);
+    CHECK(std::memcmp(all.data() + static_cast<std::size_t>(r) * n, want.data(), n * sizeof(T)) == 0);
+  }
+  auto b = me == 0 ? input<T>(n, 0, 78) : std::vector<T>(n);
+  c.broadcast(b.data(), n, dtype_of<T>, 0);
+  CHECK(same_bits(b, input<T>(n, 0, 78)));
+  if (P >= 2 && me < 2) {  // rank 0 → rank 1
+    auto m = input<T>(n, 0, 79);
+    if (me == 0) c.send(m.data(), n, dtype_of<T>, 1);
+    else {
+      std::vector<T> got(n);
+      c.recv(got.data(), n, dtype_of<T>, 0);
+      CHECK(same_bits(got, m));
+    }
   }
 }
 

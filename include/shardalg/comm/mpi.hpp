@@ -12,6 +12,9 @@
 // Each is a reduce-scatter by direct exchange (every rank sends chunk c of its buffer to rank c,
 // point to point; rank c adds the P copies of its chunk in rank order as they land), the
 // all-reduce then an MPI_Allgatherv: (P−1)/P·V sent per rank for each half, the ring's traffic.
+// 16-bit storage (bf16, fp16) travels as its bits (MPI_UINT16_T); MPI has no sum of bf16, so a
+// 16-bit all_reduce or reduce_scatter always takes the rank-order path, each add formed in fp32
+// and rounded once (comm/reduce.hpp): the thread world's bits, in any mode.
 #pragma once
 
 // Only MPI's C API is used; skip the deprecated C++ bindings (and their warnings).
@@ -141,7 +144,7 @@ class MpiComm {
   static constexpr std::string_view name() { return "MpiComm"; }
 
   void all_reduce(void* buf, std::size_t n, DType t, ReduceOp op) {
-    if (reproducible_ && size_ > 1) {
+    if (ordered(t)) {
       dispatch_host(t, [&]<class T>() { ordered_all_reduce(static_cast<T*>(buf), n, op); });
       return;
     }
@@ -151,7 +154,7 @@ class MpiComm {
   /// MPI_Iallreduce in place. Open MPI progresses it inside MPI calls: the Request's test()
   /// is where the work happens when no progress thread or offloading network does it.
   [[nodiscard]] Request iall_reduce(void* buf, std::size_t n, DType t, ReduceOp op) {
-    if (reproducible_ && size_ > 1) {  // the ordered sum is blocking: a completed Request
+    if (ordered(t)) {  // the ordered sum is blocking: a completed Request
       all_reduce(buf, n, t, op);
       return {};
     }
@@ -174,7 +177,7 @@ class MpiComm {
   void set_reduce_scatter_algorithm(ReduceScatterAlgorithm a) { rs_algo_ = a; }
 
   void reduce_scatter(const void* send, void* recv, std::size_t n, DType t, ReduceOp op) {
-    if (reproducible_ && size_ > 1) {
+    if (ordered(t)) {
       dispatch_host(t, [&]<class T>() { ordered_reduce_scatter(static_cast<const T*>(send), static_cast<T*>(recv), n, op); });
       return;
     }
@@ -469,6 +472,8 @@ class MpiComm {
   int rank_ = 0, size_ = 1;
   ReduceScatterAlgorithm rs_algo_ = ReduceScatterAlgorithm::ring;
   bool reproducible_ = false;
+  /// A sum that adds in rank order on the host: reproducible mode, or 16-bit elements.
+  [[nodiscard]] bool ordered(DType t) const { return size_ > 1 && (reproducible_ || t == DType::bf16 || t == DType::f16); }
 };
 
 static_assert(Communicator<MpiComm> && AsyncAllReduce<MpiComm> && InfoAwareCommunicator<MpiComm> &&

@@ -62,6 +62,9 @@ inline MPI_Datatype mpi_type(DType t) {
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
+    // 16-bit storage moves as its bits: MpiComm never hands it to an MPI reduction (mpi.hpp).
+    case DType::bf16:
+    case DType::f16: return MPI_UINT16_T;
     default: break;
   }
   throw CommError(cat("MpiComm: no MPI datatype for ", to_string(t)));
